@@ -1,0 +1,235 @@
+// Package config is tether-sidecar's configuration: one typed schema read
+// from YAML or JSON, with defaults applied in one place and a Validate that
+// names the field and the rule of every problem it finds. The injector
+// imports this package to turn pod annotations into the same schema, so a
+// configuration the webhook accepts is one the sidecar starts with.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the whole sidecar configuration. Field names are a public
+// contract (README "Configuration"); add fields, never rename them.
+type Config struct {
+	// Listen is where pools without a listen of their own are served.
+	Listen string `json:"listen,omitempty"`
+	// Admin serves /healthz, /readyz, /metrics and /debug/bindings.
+	Admin string `json:"admin,omitempty"`
+	Store Store  `json:"store,omitempty"`
+	// JWT is needed only by JWTClaim sources.
+	JWT   *JWT  `json:"jwt,omitempty"`
+	Proxy Proxy `json:"proxy,omitempty"`
+	Pools []Pool `json:"pools"`
+}
+
+// Store selects and configures where bindings live.
+type Store struct {
+	Backend string       `json:"backend,omitempty"` // memory | gossip | redis
+	Memory  MemoryStore  `json:"memory,omitempty"`
+	Redis   *RedisStore  `json:"redis,omitempty"`
+	Gossip  *GossipStore `json:"gossip,omitempty"`
+}
+
+// Store backends.
+const (
+	StoreMemory = "memory"
+	StoreGossip = "gossip"
+	StoreRedis  = "redis"
+)
+
+// MemoryStore bounds the per-process store.
+type MemoryStore struct {
+	MaxEntries int `json:"maxEntries,omitempty"`
+}
+
+// RedisStore configures the shared Redis store (single node, Sentinel or Cluster).
+type RedisStore struct {
+	Address      string   `json:"address,omitempty"`
+	Addresses    []string `json:"addresses,omitempty"`
+	MasterName   string   `json:"masterName,omitempty"`
+	Username     string   `json:"username,omitempty"`
+	PasswordFile string   `json:"passwordFile,omitempty"`
+	TLS          bool     `json:"tls,omitempty"`
+	DB           int      `json:"db,omitempty"`
+	Timeout      Duration `json:"timeout,omitempty"`
+	KeyPrefix    string   `json:"keyPrefix,omitempty"`
+}
+
+// GossipStore configures the memberlist ring shared by router replicas.
+type GossipStore struct {
+	Bind          string   `json:"bind,omitempty"`
+	Advertise     string   `json:"advertise,omitempty"`
+	Join          []string `json:"join,omitempty"`
+	Discovery     string   `json:"discovery,omitempty"` // static | kubernetes | dns
+	PeerSelector  string   `json:"peerSelector,omitempty"`
+	DNSName       string   `json:"dnsName,omitempty"`
+	SecretKeyFile string   `json:"secretKeyFile,omitempty"`
+	MaxEntries    int      `json:"maxEntries,omitempty"`
+}
+
+// Gossip peer discovery modes.
+const (
+	PeersStatic     = "static"
+	PeersKubernetes = "kubernetes"
+	PeersDNS        = "dns"
+)
+
+// JWT configures verification of bearer tokens for JWTClaim sources.
+type JWT struct {
+	HMACSecretFile string   `json:"hmacSecretFile,omitempty"`
+	PublicKeyFiles []string `json:"publicKeyFiles,omitempty"`
+	JWKSFile       string   `json:"jwksFile,omitempty"`
+	Algorithms     []string `json:"algorithms,omitempty"`
+	Issuer         string   `json:"issuer,omitempty"`
+	Audience       string   `json:"audience,omitempty"`
+}
+
+// Proxy tunes the forwarding path. Every field has a safe default.
+type Proxy struct {
+	// MaxRequestBodyBytes bounds a request body; larger bodies get 413.
+	MaxRequestBodyBytes int64 `json:"maxRequestBodyBytes,omitempty"`
+	// MaxRequestHeaderBytes bounds request headers; larger headers get 431.
+	MaxRequestHeaderBytes int `json:"maxRequestHeaderBytes,omitempty"`
+	// FailTimeout is how long a backend that refused a connection is not selectable.
+	FailTimeout Duration `json:"failTimeout,omitempty"`
+	// DialTimeout bounds connecting to a backend.
+	DialTimeout Duration `json:"dialTimeout,omitempty"`
+	// ResponseHeaderTimeout bounds the wait for a backend's first response
+	// byte (a long prefill); 0 means no limit beyond the client's own.
+	ResponseHeaderTimeout Duration `json:"responseHeaderTimeout,omitempty"`
+	// ShutdownTimeout is how long in-flight requests may drain on SIGTERM.
+	ShutdownTimeout Duration `json:"shutdownTimeout,omitempty"`
+}
+
+// Pool is one ModelServer: its listener, session sources and backends.
+type Pool struct {
+	Name          string        `json:"name"`
+	Listen        string        `json:"listen,omitempty"`
+	Models        []string      `json:"models,omitempty"`
+	SessionSticky SessionSticky `json:"sessionSticky"`
+	Backends      Backends      `json:"backends"`
+	Affinity      Affinity      `json:"affinity,omitempty"`
+}
+
+// SessionSticky is the ModelServer API's sticky-session block.
+type SessionSticky struct {
+	SessionAffinitySeconds int      `json:"sessionAffinitySeconds,omitempty"`
+	Sources                []Source `json:"sources"`
+}
+
+// TTL is the binding's sliding time to live.
+func (s SessionSticky) TTL() time.Duration {
+	return time.Duration(s.SessionAffinitySeconds) * time.Second
+}
+
+// Source is one place a session key may come from.
+type Source struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+}
+
+// Source types.
+const (
+	SourceHeader   = "Header"
+	SourceQuery    = "Query"
+	SourceCookie   = "Cookie"
+	SourceJWTClaim = "JWTClaim"
+)
+
+// SourceTypes lists the valid source types in the order errors name them.
+var SourceTypes = []string{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim}
+
+// Backends says where a pool's model servers are: a static list, a
+// Kubernetes selector, or prefill/decode selectors for PD pools.
+type Backends struct {
+	Static     []string        `json:"static,omitempty"`
+	Kubernetes *KubeSelector   `json:"kubernetes,omitempty"`
+	Prefill    *KubeSelector   `json:"prefill,omitempty"`
+	Decode     *KubeSelector   `json:"decode,omitempty"`
+	GroupLabel string          `json:"groupLabel,omitempty"`
+	// PrefillHeader carries the prefill pod's host:port to the decode pod.
+	PrefillHeader string `json:"prefillHeader,omitempty"`
+}
+
+// KubeSelector selects model-server pods.
+type KubeSelector struct {
+	Namespace string `json:"namespace,omitempty"`
+	Selector  string `json:"selector"`
+	Port      int    `json:"port,omitempty"`
+	PortName  string `json:"portName,omitempty"`
+}
+
+// IsPD reports whether the pool routes to prefill/decode pairs.
+func (b Backends) IsPD() bool { return b.Prefill != nil || b.Decode != nil }
+
+// Affinity is the pool's pinning policy.
+type Affinity struct {
+	Mode       string `json:"mode,omitempty"` // hard | soft
+	MaxWaiting int    `json:"maxWaiting,omitempty"`
+	LoadMargin int    `json:"loadMargin,omitempty"`
+}
+
+// Affinity modes.
+const (
+	AffinityHard = "hard"
+	AffinitySoft = "soft"
+)
+
+// Duration is a time.Duration written as a Go duration string ("50ms", "5m").
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON accepts a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"50ms\" or \"5m\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// Load reads, defaults and validates the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(b)
+}
+
+// MaxConfigBytes bounds the size of a configuration document.
+const MaxConfigBytes = 1 << 20
+
+// Parse decodes YAML or JSON strictly (unknown fields are errors), applies
+// defaults and validates.
+func Parse(b []byte) (*Config, error) {
+	if len(b) > MaxConfigBytes {
+		return nil, fmt.Errorf("config: document is %d bytes, limit is %d", len(b), MaxConfigBytes)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fmt.Errorf("config: document is empty")
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}

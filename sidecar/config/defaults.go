@@ -1,0 +1,110 @@
+package config
+
+import "time"
+
+// Defaults, in one place. The README's configuration reference quotes them.
+const (
+	DefaultListen                 = "127.0.0.1:15001"
+	DefaultAdmin                  = "127.0.0.1:15020"
+	DefaultMaxEntries             = 1_000_000
+	DefaultSessionAffinitySeconds = 300
+	DefaultRedisTimeout           = 50 * time.Millisecond
+	DefaultRedisKeyPrefix         = "tether"
+	DefaultGossipBind             = "0.0.0.0:7946"
+	DefaultMaxRequestBodyBytes    = 32 << 20
+	DefaultMaxRequestHeaderBytes  = 64 << 10
+	DefaultFailTimeout            = 10 * time.Second
+	DefaultDialTimeout            = 2 * time.Second
+	DefaultShutdownTimeout        = 30 * time.Second
+	DefaultPrefillHeader          = "x-prefiller-host-port"
+	DefaultMaxWaiting             = 8
+	DefaultLoadMargin             = 4
+	MaxSources                    = 16
+)
+
+// SetDefaults fills every unset field that has a default. It is idempotent.
+func (c *Config) SetDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Admin == "" {
+		c.Admin = DefaultAdmin
+	}
+	c.Store.setDefaults()
+	p := &c.Proxy
+	if p.MaxRequestBodyBytes == 0 {
+		p.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
+	}
+	if p.MaxRequestHeaderBytes == 0 {
+		p.MaxRequestHeaderBytes = DefaultMaxRequestHeaderBytes
+	}
+	setDuration(&p.FailTimeout, DefaultFailTimeout)
+	setDuration(&p.DialTimeout, DefaultDialTimeout)
+	setDuration(&p.ShutdownTimeout, DefaultShutdownTimeout)
+	for i := range c.Pools {
+		c.Pools[i].setDefaults(c.Listen)
+	}
+}
+
+func (s *Store) setDefaults() {
+	if s.Backend == "" {
+		s.Backend = StoreMemory
+	}
+	if s.Memory.MaxEntries == 0 {
+		s.Memory.MaxEntries = DefaultMaxEntries
+	}
+	if r := s.Redis; r != nil {
+		setDuration(&r.Timeout, DefaultRedisTimeout)
+		if r.KeyPrefix == "" {
+			r.KeyPrefix = DefaultRedisKeyPrefix
+		}
+	}
+	if g := s.Gossip; g != nil {
+		if g.Bind == "" {
+			g.Bind = DefaultGossipBind
+		}
+		if g.Discovery == "" {
+			g.Discovery = PeersStatic
+		}
+		if g.MaxEntries == 0 {
+			g.MaxEntries = DefaultMaxEntries
+		}
+	}
+	// A store backend chosen without its block gets the block's defaults.
+	if s.Backend == StoreRedis && s.Redis == nil {
+		s.Redis = &RedisStore{}
+		s.setDefaults()
+	}
+	if s.Backend == StoreGossip && s.Gossip == nil {
+		s.Gossip = &GossipStore{}
+		s.setDefaults()
+	}
+}
+
+func (p *Pool) setDefaults(listen string) {
+	if p.Listen == "" {
+		p.Listen = listen
+	}
+	if p.SessionSticky.SessionAffinitySeconds == 0 {
+		p.SessionSticky.SessionAffinitySeconds = DefaultSessionAffinitySeconds
+	}
+	if p.Backends.IsPD() && p.Backends.PrefillHeader == "" {
+		p.Backends.PrefillHeader = DefaultPrefillHeader
+	}
+	a := &p.Affinity
+	if a.Mode == "" {
+		a.Mode = AffinityHard
+	}
+	if a.MaxWaiting == 0 {
+		a.MaxWaiting = DefaultMaxWaiting
+	}
+	if a.LoadMargin == 0 {
+		a.LoadMargin = DefaultLoadMargin
+	}
+}
+
+func setDuration(d *Duration, def time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = def
+	}
+}

@@ -1,0 +1,353 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// FieldError is one validation problem: the field's path in the document
+// and the rule it breaks.
+type FieldError struct {
+	Field string
+	Rule  string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Rule }
+
+// errs collects FieldErrors in document order.
+type errs []error
+
+func (e *errs) add(field, format string, a ...any) {
+	*e = append(*e, &FieldError{Field: field, Rule: fmt.Sprintf(format, a...)})
+}
+
+// Validate checks every rule of the schema and returns all problems at
+// once, each a *FieldError, joined with errors.Join. Call SetDefaults first.
+func (c *Config) Validate() error {
+	var e errs
+	checkHostPort(&e, "listen", c.Listen)
+	checkHostPort(&e, "admin", c.Admin)
+	c.Store.validate(&e)
+	if c.JWT != nil {
+		c.JWT.validate(&e)
+	}
+	c.Proxy.validate(&e)
+	if len(c.Pools) == 0 {
+		e.add("pools", "at least one pool is required")
+	}
+	names := map[string]int{}
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		f := fmt.Sprintf("pools[%d]", i)
+		p.validate(&e, f, c.JWT != nil)
+		if j, dup := names[p.Name]; dup && p.Name != "" {
+			e.add(f+".name", "duplicate pool name %q (also pools[%d])", p.Name, j)
+		}
+		names[p.Name] = i
+	}
+	c.validateSharedListeners(&e)
+	return errors.Join(e...)
+}
+
+// validateSharedListeners: pools on one listener are told apart by the
+// body's "model", so each needs models and no model may be claimed twice.
+func (c *Config) validateSharedListeners(e *errs) {
+	byListen := map[string][]int{}
+	for i, p := range c.Pools {
+		byListen[p.Listen] = append(byListen[p.Listen], i)
+	}
+	for listen, idx := range byListen {
+		if len(idx) < 2 {
+			continue
+		}
+		owner := map[string]int{}
+		for _, i := range idx {
+			f := fmt.Sprintf("pools[%d].models", i)
+			if len(c.Pools[i].Models) == 0 {
+				e.add(f, "required when several pools share listen %s", listen)
+			}
+			for _, m := range c.Pools[i].Models {
+				if j, dup := owner[m]; dup && j != i {
+					e.add(f, "model %q is also served by pools[%d] on listen %s", m, j, listen)
+				}
+				owner[m] = i
+			}
+		}
+	}
+}
+
+func (s *Store) validate(e *errs) {
+	switch s.Backend {
+	case StoreMemory, StoreGossip, StoreRedis:
+	default:
+		e.add("store.backend", "unknown backend %q (want memory, gossip or redis)", s.Backend)
+	}
+	if s.Memory.MaxEntries < 1 {
+		e.add("store.memory.maxEntries", "must be at least 1, got %d", s.Memory.MaxEntries)
+	}
+	if s.Backend == StoreRedis && s.Redis != nil {
+		s.Redis.validate(e)
+	}
+	if s.Backend == StoreGossip && s.Gossip != nil {
+		s.Gossip.validate(e)
+	}
+}
+
+func (r *RedisStore) validate(e *errs) {
+	const f = "store.redis"
+	switch {
+	case r.Address == "" && len(r.Addresses) == 0:
+		e.add(f+".address", "required (or addresses for Cluster and Sentinel)")
+	case r.Address != "" && len(r.Addresses) > 0:
+		e.add(f+".address", "set address or addresses, not both")
+	}
+	if r.Address != "" {
+		checkHostPort(e, f+".address", r.Address)
+	}
+	for i, a := range r.Addresses {
+		checkHostPort(e, fmt.Sprintf("%s.addresses[%d]", f, i), a)
+	}
+	if r.DB < 0 {
+		e.add(f+".db", "must be 0 or more, got %d", r.DB)
+	}
+	if r.DB != 0 && len(r.Addresses) > 1 && r.MasterName == "" {
+		e.add(f+".db", "Redis Cluster has only db 0, got %d", r.DB)
+	}
+	if r.Timeout.Duration <= 0 {
+		e.add(f+".timeout", "must be positive, got %s", r.Timeout)
+	}
+	if r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, " \t\r\n{}") {
+		e.add(f+".keyPrefix", "must be non-empty without spaces or braces, got %q", r.KeyPrefix)
+	}
+}
+
+func (g *GossipStore) validate(e *errs) {
+	const f = "store.gossip"
+	checkHostPort(e, f+".bind", g.Bind)
+	if g.Advertise != "" && net.ParseIP(g.Advertise) == nil {
+		if _, _, err := net.SplitHostPort(g.Advertise); err != nil {
+			e.add(f+".advertise", "must be an IP address or IP:port, got %q", g.Advertise)
+		}
+	}
+	switch g.Discovery {
+	case PeersStatic:
+		for i, j := range g.Join {
+			checkHostPort(e, fmt.Sprintf("%s.join[%d]", f, i), j)
+		}
+	case PeersKubernetes:
+		if g.PeerSelector == "" {
+			e.add(f+".peerSelector", "required when discovery is kubernetes")
+		} else if _, err := labels.Parse(g.PeerSelector); err != nil {
+			e.add(f+".peerSelector", "invalid label selector: %v", err)
+		}
+	case PeersDNS:
+		if g.DNSName == "" {
+			e.add(f+".dnsName", "required when discovery is dns")
+		}
+	default:
+		e.add(f+".discovery", "unknown discovery %q (want static, kubernetes or dns)", g.Discovery)
+	}
+	if g.MaxEntries < 1 {
+		e.add(f+".maxEntries", "must be at least 1, got %d", g.MaxEntries)
+	}
+}
+
+// JWTAlgorithms are the signing algorithms a configuration may allow.
+// "none" is deliberately absent: it can never be allowed.
+var JWTAlgorithms = map[string]bool{
+	"HS256": true, "HS384": true, "HS512": true,
+	"RS256": true, "RS384": true, "RS512": true,
+	"PS256": true, "PS384": true, "PS512": true,
+	"ES256": true, "ES384": true, "ES512": true,
+	"EdDSA": true,
+}
+
+func (j *JWT) validate(e *errs) {
+	if len(j.Algorithms) == 0 {
+		e.add("jwt.algorithms", "at least one algorithm is required")
+	}
+	var hmac, public bool
+	for i, a := range j.Algorithms {
+		if !JWTAlgorithms[a] {
+			e.add(fmt.Sprintf("jwt.algorithms[%d]", i), "unsupported algorithm %q (want HS256/384/512, RS256/384/512, PS256/384/512, ES256/384/512 or EdDSA)", a)
+			continue
+		}
+		if strings.HasPrefix(a, "HS") {
+			hmac = true
+		} else {
+			public = true
+		}
+	}
+	if hmac && j.HMACSecretFile == "" {
+		e.add("jwt.hmacSecretFile", "required by the HMAC algorithms in jwt.algorithms")
+	}
+	if public && len(j.PublicKeyFiles) == 0 && j.JWKSFile == "" {
+		e.add("jwt.publicKeyFiles", "publicKeyFiles or jwksFile is required by the public-key algorithms in jwt.algorithms")
+	}
+}
+
+func (p *Proxy) validate(e *errs) {
+	if p.MaxRequestBodyBytes < 1 {
+		e.add("proxy.maxRequestBodyBytes", "must be at least 1, got %d", p.MaxRequestBodyBytes)
+	}
+	if p.MaxRequestHeaderBytes < 1024 {
+		e.add("proxy.maxRequestHeaderBytes", "must be at least 1024, got %d", p.MaxRequestHeaderBytes)
+	}
+	for _, d := range []struct {
+		f string
+		v Duration
+	}{{"failTimeout", p.FailTimeout}, {"dialTimeout", p.DialTimeout}, {"shutdownTimeout", p.ShutdownTimeout}} {
+		if d.v.Duration <= 0 {
+			e.add("proxy."+d.f, "must be positive, got %s", d.v)
+		}
+	}
+	if p.ResponseHeaderTimeout.Duration < 0 {
+		e.add("proxy.responseHeaderTimeout", "must not be negative, got %s", p.ResponseHeaderTimeout)
+	}
+}
+
+func (p *Pool) validate(e *errs, f string, haveJWT bool) {
+	if p.Name == "" {
+		e.add(f+".name", "required")
+	}
+	checkHostPort(e, f+".listen", p.Listen)
+	ss := p.SessionSticky
+	if ss.SessionAffinitySeconds < 1 {
+		e.add(f+".sessionSticky.sessionAffinitySeconds", "must be at least 1, got %d", ss.SessionAffinitySeconds)
+	}
+	ValidateSources(e.adder(f+".sessionSticky.sources"), ss.Sources, haveJWT)
+	p.Backends.validate(e, f+".backends")
+	switch p.Affinity.Mode {
+	case AffinityHard, AffinitySoft:
+	default:
+		e.add(f+".affinity.mode", "unknown mode %q (want hard or soft)", p.Affinity.Mode)
+	}
+	if p.Affinity.MaxWaiting < 0 {
+		e.add(f+".affinity.maxWaiting", "must be 0 or more, got %d", p.Affinity.MaxWaiting)
+	}
+	if p.Affinity.LoadMargin < 0 {
+		e.add(f+".affinity.loadMargin", "must be 0 or more, got %d", p.Affinity.LoadMargin)
+	}
+}
+
+// adder returns a function that records errors under a field prefix.
+func (e *errs) adder(prefix string) func(suffix, format string, a ...any) {
+	return func(suffix, format string, a ...any) { e.add(prefix+suffix, format, a...) }
+}
+
+// ValidateSources checks a sources list. It reports through add, whose
+// first argument is a suffix of the list's field ("" for the list itself,
+// "[2].type" for an entry), so the injector can name its annotation instead.
+func ValidateSources(add func(suffix, format string, a ...any), sources []Source, haveJWT bool) {
+	switch {
+	case len(sources) == 0:
+		add("", "at least one source is required")
+	case len(sources) > MaxSources:
+		add("", "at most %d sources are allowed, got %d", MaxSources, len(sources))
+	}
+	for i, s := range sources {
+		at := fmt.Sprintf("[%d]", i)
+		switch s.Type {
+		case SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim:
+		default:
+			add(at+".type", "unknown source type %q (want Header, Query, Cookie or JWTClaim)", s.Type)
+			continue
+		}
+		if s.Name == "" {
+			add(at+".name", "required for a %s source", s.Type)
+			continue
+		}
+		switch s.Type {
+		case SourceHeader:
+			if !httpguts.ValidHeaderFieldName(s.Name) {
+				add(at+".name", "%q is not a valid HTTP header name", s.Name)
+			}
+		case SourceCookie:
+			if strings.ContainsAny(s.Name, " \t;,=\"") {
+				add(at+".name", "%q is not a valid cookie name", s.Name)
+			}
+		case SourceJWTClaim:
+			if !haveJWT {
+				add(at+".type", "a JWTClaim source needs the jwt block (keys and algorithms to verify tokens)")
+			}
+		}
+	}
+}
+
+func (b *Backends) validate(e *errs, f string) {
+	kinds := 0
+	if len(b.Static) > 0 {
+		kinds++
+	}
+	if b.Kubernetes != nil {
+		kinds++
+	}
+	if b.IsPD() {
+		kinds++
+	}
+	if kinds != 1 {
+		e.add(f, "exactly one of static, kubernetes or prefill+decode is required")
+	}
+	seen := map[string]bool{}
+	for i, a := range b.Static {
+		checkHostPort(e, fmt.Sprintf("%s.static[%d]", f, i), a)
+		if seen[a] {
+			e.add(fmt.Sprintf("%s.static[%d]", f, i), "duplicate backend %q", a)
+		}
+		seen[a] = true
+	}
+	if b.Kubernetes != nil {
+		b.Kubernetes.validate(e, f+".kubernetes")
+	}
+	if b.IsPD() {
+		if b.Prefill == nil || b.Decode == nil {
+			e.add(f, "a PD pool needs both prefill and decode")
+		}
+		if b.Prefill != nil {
+			b.Prefill.validate(e, f+".prefill")
+		}
+		if b.Decode != nil {
+			b.Decode.validate(e, f+".decode")
+		}
+		if !httpguts.ValidHeaderFieldName(b.PrefillHeader) {
+			e.add(f+".prefillHeader", "%q is not a valid HTTP header name", b.PrefillHeader)
+		}
+	}
+}
+
+func (k *KubeSelector) validate(e *errs, f string) {
+	if k.Selector == "" {
+		e.add(f+".selector", "required")
+	} else if _, err := labels.Parse(k.Selector); err != nil {
+		e.add(f+".selector", "invalid label selector: %v", err)
+	}
+	switch {
+	case k.Port == 0 && k.PortName == "":
+		e.add(f+".port", "port or portName is required")
+	case k.Port != 0 && k.PortName != "":
+		e.add(f+".port", "set port or portName, not both")
+	case k.Port < 0 || k.Port > 65535:
+		e.add(f+".port", "must be 1..65535, got %d", k.Port)
+	}
+}
+
+func checkHostPort(e *errs, field, v string) {
+	if v == "" {
+		e.add(field, "required (host:port)")
+		return
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		e.add(field, "must be host:port, got %q", v)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		e.add(field, "port must be 0..65535, got %q", port)
+	}
+}

@@ -1,0 +1,98 @@
+// Package discovery says which backends a pool may send to right now. A
+// Source publishes immutable Sets; the resolver reads the current one on
+// every request, so a backend that leaves the set is never chosen again.
+package discovery
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Backend is one model-server endpoint.
+type Backend struct {
+	// ID is the stable identity bindings store: host:port for static
+	// backends, namespace/name/uid for pods (a pod recreated under the same
+	// name has a cold cache and is a new backend).
+	ID string
+	// Name is what logs and metrics show: host:port or namespace/name.
+	Name string
+	// Addr is the host:port to dial.
+	Addr string
+	// Group is the PD group-label value; pairs form only inside one group.
+	Group string
+	// Since is when the backend last became selectable (for pods: the
+	// Ready condition's lastTransitionTime, the same on every replica).
+	// A binding created before Since predates the backend's current life
+	// and is stale, so a pod that comes back does not resurrect old
+	// bindings. Zero for static backends.
+	Since time.Time
+}
+
+// Set is an immutable snapshot of the selectable backends of a pool.
+// Backends holds the decode side of PD pools; Prefill is empty otherwise.
+type Set struct {
+	Backends []Backend
+	Prefill  []Backend
+	byID     map[string]*Backend
+}
+
+// NewSet indexes backends and prefill backends into a Set.
+func NewSet(backends, prefill []Backend) *Set {
+	s := &Set{Backends: backends, Prefill: prefill, byID: make(map[string]*Backend, len(backends)+len(prefill))}
+	for i := range s.Backends {
+		s.byID[s.Backends[i].ID] = &s.Backends[i]
+	}
+	for i := range s.Prefill {
+		s.byID[s.Prefill[i].ID] = &s.Prefill[i]
+	}
+	return s
+}
+
+// Get returns the selectable backend with id.
+func (s *Set) Get(id string) (Backend, bool) {
+	if s == nil {
+		return Backend{}, false
+	}
+	b, ok := s.byID[id]
+	if !ok {
+		return Backend{}, false
+	}
+	return *b, true
+}
+
+// Len is the number of selectable backends (both halves of PD pools).
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.byID)
+}
+
+// Source provides a pool's backends.
+type Source interface {
+	// Current is the latest Set; never nil once Synced.
+	Current() *Set
+	// Synced reports whether the source has its first complete view.
+	Synced() bool
+	// Run keeps the Set current until ctx ends.
+	Run(ctx context.Context) error
+}
+
+// Static is a fixed list of addresses, for local runs and tests.
+type Static struct{ set atomic.Pointer[Set] }
+
+// NewStatic returns a Source of the given host:port addresses.
+func NewStatic(addrs []string) *Static {
+	bs := make([]Backend, len(addrs))
+	for i, a := range addrs {
+		bs[i] = Backend{ID: a, Name: a, Addr: a}
+	}
+	s := &Static{}
+	s.set.Store(NewSet(bs, nil))
+	return s
+}
+
+func (s *Static) Current() *Set                 { return s.set.Load() }
+func (s *Static) Synced() bool                  { return true }
+func (s *Static) Run(ctx context.Context) error { <-ctx.Done(); return nil }
