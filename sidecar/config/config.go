@@ -24,8 +24,8 @@ type Config struct {
 	Admin string `json:"admin,omitempty"`
 	Store Store  `json:"store,omitempty"`
 	// JWT is needed only by JWTClaim sources.
-	JWT   *JWT  `json:"jwt,omitempty"`
-	Proxy Proxy `json:"proxy,omitempty"`
+	JWT   *JWT   `json:"jwt,omitempty"`
+	Proxy Proxy  `json:"proxy,omitempty"`
 	Pools []Pool `json:"pools"`
 }
 
@@ -149,11 +149,11 @@ var SourceTypes = []string{SourceHeader, SourceQuery, SourceCookie, SourceJWTCla
 // Backends says where a pool's model servers are: a static list, a
 // Kubernetes selector, or prefill/decode selectors for PD pools.
 type Backends struct {
-	Static     []string        `json:"static,omitempty"`
-	Kubernetes *KubeSelector   `json:"kubernetes,omitempty"`
-	Prefill    *KubeSelector   `json:"prefill,omitempty"`
-	Decode     *KubeSelector   `json:"decode,omitempty"`
-	GroupLabel string          `json:"groupLabel,omitempty"`
+	Static     []string      `json:"static,omitempty"`
+	Kubernetes *KubeSelector `json:"kubernetes,omitempty"`
+	Prefill    *KubeSelector `json:"prefill,omitempty"`
+	Decode     *KubeSelector `json:"decode,omitempty"`
+	GroupLabel string        `json:"groupLabel,omitempty"`
 	// PrefillHeader carries the prefill pod's host:port to the decode pod.
 	PrefillHeader string `json:"prefillHeader,omitempty"`
 }
