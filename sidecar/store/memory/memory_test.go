@@ -1,0 +1,240 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tetherproxy/tether/sidecar/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClock is a settable clock shared by a test and the store.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func newStore(t *testing.T, max int) (*Store, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	s := New(Options{MaxEntries: max, Now: clk.Now, SweepInterval: time.Hour})
+	t.Cleanup(func() { s.Close() })
+	return s, clk
+}
+
+var ctx = context.Background()
+
+func TestCreateThenLookup(t *testing.T) {
+	s, clk := newStore(t, 100)
+	b := store.Binding{Pod: "a", Gen: 1, Created: clk.Now()}
+	got, err := s.Create(ctx, "k", b, 10*time.Second)
+	if err != nil || got.Pod != "a" {
+		t.Fatalf("Create = %+v, %v", got, err)
+	}
+	got, ok, err := s.Lookup(ctx, "k", 10*time.Second)
+	if err != nil || !ok || got.Pod != "a" || got.Gen != 1 {
+		t.Fatalf("Lookup = %+v %v %v", got, ok, err)
+	}
+	if want := clk.Now().Add(10 * time.Second); !got.ExpiresAt.Equal(want) {
+		t.Fatalf("ExpiresAt = %v, want %v", got.ExpiresAt, want)
+	}
+}
+
+func TestCreateKeepsExistingLiveBinding(t *testing.T) {
+	s, _ := newStore(t, 100)
+	s.Create(ctx, "k", store.Binding{Pod: "first"}, time.Minute)
+	got, _ := s.Create(ctx, "k", store.Binding{Pod: "second"}, time.Minute)
+	if got.Pod != "first" {
+		t.Fatalf("second Create won: %+v", got)
+	}
+}
+
+func TestTTLExpiresAndLookupSlides(t *testing.T) {
+	s, clk := newStore(t, 100)
+	ttl := 10 * time.Second
+	s.Create(ctx, "slid", store.Binding{Pod: "a"}, ttl)
+	s.Create(ctx, "idle", store.Binding{Pod: "b"}, ttl)
+	// Look "slid" up every 6s for a minute: each lookup pushes its expiry.
+	for i := 0; i < 10; i++ {
+		clk.Add(6 * time.Second)
+		if _, ok, _ := s.Lookup(ctx, "slid", ttl); !ok {
+			t.Fatalf("sliding binding expired after %d refreshes", i)
+		}
+	}
+	if _, ok, _ := s.Peek(ctx, "idle"); ok {
+		t.Fatal("idle binding still returned after its TTL")
+	}
+	// Exactly at expiry the binding is gone.
+	clk.Add(ttl)
+	if _, ok, _ := s.Lookup(ctx, "slid", ttl); ok {
+		t.Fatal("binding returned at its expiry instant")
+	}
+}
+
+func TestPeekDoesNotRefresh(t *testing.T) {
+	s, clk := newStore(t, 100)
+	s.Create(ctx, "k", store.Binding{Pod: "a"}, 10*time.Second)
+	clk.Add(9 * time.Second)
+	if _, ok, _ := s.Peek(ctx, "k"); !ok {
+		t.Fatal("Peek missed a live binding")
+	}
+	clk.Add(2 * time.Second)
+	if _, ok, _ := s.Peek(ctx, "k"); ok {
+		t.Fatal("Peek refreshed the binding")
+	}
+}
+
+func TestExpiredIsReplacedByCreate(t *testing.T) {
+	s, clk := newStore(t, 100)
+	s.Create(ctx, "k", store.Binding{Pod: "old"}, time.Second)
+	clk.Add(2 * time.Second)
+	got, _ := s.Create(ctx, "k", store.Binding{Pod: "new"}, time.Second)
+	if got.Pod != "new" {
+		t.Fatalf("expired binding blocked Create: %+v", got)
+	}
+}
+
+func TestCompareAndDelete(t *testing.T) {
+	s, _ := newStore(t, 100)
+	old := store.Binding{Pod: "a", Gen: 1}
+	s.Create(ctx, "k", old, time.Minute)
+	if ok, _ := s.CompareAndDelete(ctx, "k", store.Binding{Pod: "b", Gen: 1}); ok {
+		t.Fatal("deleted a binding to another pod")
+	}
+	if ok, _ := s.CompareAndDelete(ctx, "k", store.Binding{Pod: "a", Gen: 2}); ok {
+		t.Fatal("deleted a binding of another generation")
+	}
+	if ok, _ := s.CompareAndDelete(ctx, "k", old); !ok {
+		t.Fatal("did not delete the matching binding")
+	}
+	if _, ok, _ := s.Peek(ctx, "k"); ok {
+		t.Fatal("binding survived its delete")
+	}
+	if ok, _ := s.CompareAndDelete(ctx, "missing", old); ok {
+		t.Fatal("deleted a missing key")
+	}
+}
+
+func TestCapHoldsUnderFlood(t *testing.T) {
+	const max = 1000
+	s, _ := newStore(t, max)
+	for i := 0; i < 50*max; i++ {
+		s.Create(ctx, fmt.Sprintf("flood-%d", i), store.Binding{Pod: "a"}, time.Hour)
+		if n := s.Len(); n > max+shardCount {
+			t.Fatalf("after %d creates Len = %d, cap %d", i+1, n, max)
+		}
+	}
+	if n := s.Len(); n < max/2 {
+		t.Fatalf("Len = %d: the store evicts far more than the cap requires", n)
+	}
+}
+
+func TestEvictsLeastRecentlyUsed(t *testing.T) {
+	// One entry per shard at most: MaxEntries = shardCount.
+	s, _ := newStore(t, shardCount)
+	// Find two keys of one shard.
+	var a, b string
+	for i := 0; b == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		switch {
+		case a == "":
+			a = k
+		case s.shard(k) == s.shard(a):
+			b = k
+		}
+	}
+	s.Create(ctx, a, store.Binding{Pod: "a"}, time.Hour)
+	s.Create(ctx, b, store.Binding{Pod: "b"}, time.Hour)
+	if _, ok, _ := s.Peek(ctx, a); ok {
+		t.Fatal("oldest entry was not evicted")
+	}
+	if _, ok, _ := s.Peek(ctx, b); !ok {
+		t.Fatal("newest entry was evicted")
+	}
+}
+
+func TestSweepFreesExpired(t *testing.T) {
+	s, clk := newStore(t, 1000)
+	for i := 0; i < 100; i++ {
+		s.Create(ctx, fmt.Sprint(i), store.Binding{Pod: "a"}, time.Second)
+	}
+	s.Create(ctx, "long", store.Binding{Pod: "a"}, time.Hour)
+	clk.Add(2 * time.Second)
+	s.Sweep()
+	if n := s.Len(); n != 1 {
+		t.Fatalf("Len after sweep = %d, want 1", n)
+	}
+}
+
+func TestBackgroundSweeper(t *testing.T) {
+	s := New(Options{MaxEntries: 100, SweepInterval: 64 * time.Millisecond})
+	defer s.Close()
+	s.Create(ctx, "k", store.Binding{Pod: "a"}, time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("sweeper never freed the expired entry")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConcurrentCreatesConverge(t *testing.T) {
+	s, _ := newStore(t, 1000)
+	const n = 16
+	results := make([]string, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, _ := s.Create(ctx, "race", store.Binding{Pod: fmt.Sprint(i)}, time.Minute)
+			results[i] = got.Pod
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		if r != results[0] {
+			t.Fatalf("racing creates disagree: %v", results)
+		}
+	}
+}
+
+func TestCloseIsIdempotent(t *testing.T) {
+	s := New(Options{MaxEntries: 1})
+	s.Close()
+	s.Close()
+}
+
+// BenchmarkLookupRefresh is the sticky hot path: one lookup that slides the
+// TTL of an existing binding, from many goroutines.
+func BenchmarkLookupRefresh(b *testing.B) {
+	s := New(Options{MaxEntries: 1_000_000})
+	defer s.Close()
+	const keys = 100_000
+	ks := make([]string, keys)
+	for i := range ks {
+		ks[i] = fmt.Sprintf("%032x", i)
+		s.Create(ctx, ks[i], store.Binding{Pod: "10.0.0.1:8000"}, time.Hour)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, ok, _ := s.Lookup(ctx, ks[i%keys], time.Hour); !ok {
+				b.Fatal("miss")
+			}
+			i++
+		}
+	})
+}
