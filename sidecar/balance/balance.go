@@ -1,0 +1,139 @@
+// Package balance chooses a backend for a new or rebound session: least
+// outstanding requests with power-of-two choices, so a burst of new
+// sessions spreads out instead of piling onto whichever backend looked
+// least loaded a moment ago (the herd effect of plain least-loaded).
+package balance
+
+import (
+	"math/rand/v2"
+	"sync"
+
+	"github.com/tetherproxy/tether/sidecar/discovery"
+)
+
+// Balancer tracks this replica's outstanding requests per backend and
+// picks among candidates. It is safe for concurrent use.
+type Balancer struct {
+	mu       sync.Mutex
+	inflight map[string]int64
+	extra    func(id string) float64
+	intN     func(n int) int
+}
+
+// Option configures a Balancer.
+type Option func(*Balancer)
+
+// WithExtraLoad adds load this replica cannot count itself (for example
+// queue lengths scraped from the backends, which include other replicas'
+// requests) to each backend's score.
+func WithExtraLoad(f func(id string) float64) Option { return func(b *Balancer) { b.extra = f } }
+
+// WithRand replaces the random source (tests make choices deterministic).
+func WithRand(intN func(n int) int) Option { return func(b *Balancer) { b.intN = intN } }
+
+// New returns a Balancer.
+func New(opts ...Option) *Balancer {
+	b := &Balancer{inflight: make(map[string]int64), intN: rand.IntN}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+// Acquire counts one outstanding request on backend id until release is
+// called. release is idempotent.
+func (b *Balancer) Acquire(id string) (release func()) {
+	b.mu.Lock()
+	b.inflight[id]++
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			if b.inflight[id]--; b.inflight[id] <= 0 {
+				delete(b.inflight, id) // backends come and go: keep the map small
+			}
+			b.mu.Unlock()
+		})
+	}
+}
+
+// Outstanding is the number of requests this replica has in flight on id.
+func (b *Balancer) Outstanding(id string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight[id]
+}
+
+// Load is the score Pick minimises: own outstanding requests plus extra load.
+func (b *Balancer) Load(id string) float64 {
+	l := float64(b.Outstanding(id))
+	if b.extra != nil {
+		l += b.extra(id)
+	}
+	return l
+}
+
+// Pick chooses among the candidates that usable accepts (nil accepts all)
+// by power-of-two choices on Load, ties broken at random. ok is false when
+// no candidate is usable.
+func (b *Balancer) Pick(cands []discovery.Backend, usable func(discovery.Backend) bool) (discovery.Backend, bool) {
+	idx := make([]int, 0, len(cands))
+	for i := range cands {
+		if usable == nil || usable(cands[i]) {
+			idx = append(idx, i)
+		}
+	}
+	i, ok := b.twoChoices(len(idx), func(k int) string { return cands[idx[k]].ID })
+	if !ok {
+		return discovery.Backend{}, false
+	}
+	return cands[idx[i]], true
+}
+
+// PickPair chooses a decode backend and a prefill backend of the same
+// group. Only groups that have both a usable decode and a usable prefill
+// backend are candidates: a half pair is never chosen.
+func (b *Balancer) PickPair(decode, prefill []discovery.Backend, usable func(discovery.Backend) bool) (d, p discovery.Backend, ok bool) {
+	byGroup := make(map[string][]discovery.Backend)
+	for _, pb := range prefill {
+		if usable == nil || usable(pb) {
+			byGroup[pb.Group] = append(byGroup[pb.Group], pb)
+		}
+	}
+	d, ok = b.Pick(decode, func(c discovery.Backend) bool {
+		return len(byGroup[c.Group]) > 0 && (usable == nil || usable(c))
+	})
+	if !ok {
+		return d, p, false
+	}
+	p, ok = b.Pick(byGroup[d.Group], nil)
+	return d, p, ok
+}
+
+// twoChoices returns the index in [0,n) of the less loaded of two distinct
+// random candidates.
+func (b *Balancer) twoChoices(n int, id func(int) string) (int, bool) {
+	switch n {
+	case 0:
+		return 0, false
+	case 1:
+		return 0, true
+	}
+	i := b.intN(n)
+	j := b.intN(n - 1)
+	if j >= i {
+		j++
+	}
+	li, lj := b.Load(id(i)), b.Load(id(j))
+	switch {
+	case li < lj:
+		return i, true
+	case lj < li:
+		return j, true
+	case b.intN(2) == 0:
+		return i, true
+	default:
+		return j, true
+	}
+}

@@ -1,0 +1,154 @@
+package balance
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/tetherproxy/tether/sidecar/discovery"
+)
+
+func backends(ids ...string) []discovery.Backend {
+	bs := make([]discovery.Backend, len(ids))
+	for i, id := range ids {
+		bs[i] = discovery.Backend{ID: id, Name: id, Addr: id}
+	}
+	return bs
+}
+
+func TestPickPrefersLessLoaded(t *testing.T) {
+	b := New()
+	cands := backends("a", "b")
+	for i := 0; i < 3; i++ {
+		b.Acquire("a")
+	}
+	for i := 0; i < 100; i++ {
+		got, ok := b.Pick(cands, nil)
+		if !ok || got.ID != "b" {
+			t.Fatalf("Pick = %v %v, want b (a has 3 outstanding)", got.ID, ok)
+		}
+	}
+}
+
+func TestPickNeverChoosesUnusable(t *testing.T) {
+	b := New()
+	cands := backends("a", "b", "c")
+	for i := 0; i < 200; i++ {
+		got, ok := b.Pick(cands, func(c discovery.Backend) bool { return c.ID != "b" })
+		if !ok || got.ID == "b" {
+			t.Fatalf("Pick = %v %v", got.ID, ok)
+		}
+	}
+	if _, ok := b.Pick(cands, func(discovery.Backend) bool { return false }); ok {
+		t.Fatal("Pick found a backend where none is usable")
+	}
+	if _, ok := b.Pick(nil, nil); ok {
+		t.Fatal("Pick found a backend in an empty list")
+	}
+}
+
+func TestTiesBrokenAtRandomSpreadEvenly(t *testing.T) {
+	b := New()
+	cands := backends("a", "b", "c", "d")
+	counts := map[string]int{}
+	const n = 4000
+	for i := 0; i < n; i++ {
+		got, _ := b.Pick(cands, nil)
+		counts[got.ID]++
+	}
+	for _, c := range cands {
+		// Expected 1000 each; a fair coin is far inside ±30%.
+		if counts[c.ID] < 700 || counts[c.ID] > 1300 {
+			t.Fatalf("uneven spread with equal load: %v", counts)
+		}
+	}
+}
+
+func TestAcquireReleaseCounts(t *testing.T) {
+	b := New()
+	r1 := b.Acquire("a")
+	r2 := b.Acquire("a")
+	if got := b.Outstanding("a"); got != 2 {
+		t.Fatalf("Outstanding = %d, want 2", got)
+	}
+	r1()
+	r1() // idempotent
+	if got := b.Outstanding("a"); got != 1 {
+		t.Fatalf("Outstanding = %d, want 1", got)
+	}
+	r2()
+	if got := b.Outstanding("a"); got != 0 {
+		t.Fatalf("Outstanding = %d, want 0", got)
+	}
+	if len(b.inflight) != 0 {
+		t.Fatalf("idle backend kept in the map: %v", b.inflight)
+	}
+}
+
+func TestExtraLoadCounts(t *testing.T) {
+	b := New(WithExtraLoad(func(id string) float64 {
+		if id == "a" {
+			return 10
+		}
+		return 0
+	}))
+	b.Acquire("b")
+	got, _ := b.Pick(backends("a", "b"), nil)
+	if got.ID != "b" {
+		t.Fatalf("Pick = %s, want b (a has 10 queued elsewhere)", got.ID)
+	}
+}
+
+func TestPickPairStaysInOneGroup(t *testing.T) {
+	b := New()
+	decode := []discovery.Backend{
+		{ID: "d1", Group: "g1"}, {ID: "d2", Group: "g2"}, {ID: "d3", Group: "g3"},
+	}
+	prefill := []discovery.Backend{
+		{ID: "p1", Group: "g1"}, {ID: "p2", Group: "g2"}, {ID: "p2b", Group: "g2"},
+		// g3 has no prefill: d3 must never be chosen.
+	}
+	seen := map[string]bool{}
+	for i := 0; i < 500; i++ {
+		d, p, ok := b.PickPair(decode, prefill, nil)
+		if !ok {
+			t.Fatal("no pair found")
+		}
+		if d.Group != p.Group {
+			t.Fatalf("pair across groups: %+v %+v", d, p)
+		}
+		if d.ID == "d3" {
+			t.Fatal("chose a decode pod whose group has no prefill pod")
+		}
+		seen[d.ID+"/"+p.ID] = true
+	}
+	for _, want := range []string{"d1/p1", "d2/p2", "d2/p2b"} {
+		if !seen[want] {
+			t.Fatalf("pair %s never chosen: %v", want, seen)
+		}
+	}
+}
+
+func TestPickPairNoCompleteGroup(t *testing.T) {
+	b := New()
+	decode := []discovery.Backend{{ID: "d1", Group: "g1"}}
+	prefill := []discovery.Backend{{ID: "p2", Group: "g2"}}
+	if _, _, ok := b.PickPair(decode, prefill, nil); ok {
+		t.Fatal("formed a pair across groups")
+	}
+	prefill = append(prefill, discovery.Backend{ID: "p1", Group: "g1"})
+	if _, _, ok := b.PickPair(decode, prefill, func(c discovery.Backend) bool { return c.ID != "p1" }); ok {
+		t.Fatal("formed a pair with an unusable prefill pod")
+	}
+}
+
+func BenchmarkPick(b *testing.B) {
+	bal := New()
+	cands := make([]discovery.Backend, 16)
+	for i := range cands {
+		cands[i] = discovery.Backend{ID: fmt.Sprint(i)}
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		bal.Pick(cands, nil)
+	}
+}

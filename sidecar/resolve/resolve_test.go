@@ -1,0 +1,320 @@
+package resolve
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/session"
+	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/store/memory"
+)
+
+// headerKeys reads the session key from X-Session-ID: the resolver's tests
+// are about bindings, not extraction.
+type headerKeys struct{}
+
+func (headerKeys) Extract(r *http.Request) (string, string) {
+	if k := r.Header.Get("X-Session-ID"); k != "" {
+		return k, "Header"
+	}
+	return "", ""
+}
+
+// fakeSource is a discovery.Source whose Set the test replaces.
+type fakeSource struct{ set atomic.Pointer[discovery.Set] }
+
+func newSource(bs ...discovery.Backend) *fakeSource {
+	s := &fakeSource{}
+	s.set.Store(discovery.NewSet(bs, nil))
+	return s
+}
+func (s *fakeSource) Current() *discovery.Set        { return s.set.Load() }
+func (s *fakeSource) Synced() bool                   { return true }
+func (s *fakeSource) Run(context.Context) error      { return nil }
+func (s *fakeSource) put(bs, pf []discovery.Backend) { s.set.Store(discovery.NewSet(bs, pf)) }
+
+func be(id string) discovery.Backend { return discovery.Backend{ID: id, Name: id, Addr: id} }
+
+type fixture struct {
+	r     *Resolver
+	store store.Store
+	src   *fakeSource
+	now   time.Time
+}
+
+func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture {
+	t.Helper()
+	if st == nil {
+		m := memory.New(memory.Options{MaxEntries: 1000})
+		t.Cleanup(func() { m.Close() })
+		st = m
+	}
+	f := &fixture{store: st, src: src, now: time.Unix(1_700_000_000, 0)}
+	f.r = New(Options{
+		Pool: "ns/pool", TTL: time.Minute, PD: pd,
+		Keys: headerKeys{}, Store: st, Backends: src,
+		Balancer: balance.New(), Failed: NewFailSet(10*time.Second, func() time.Time { return f.now }),
+		Metrics: metrics.New(prometheus.NewRegistry()),
+		Now:     func() time.Time { return f.now },
+	})
+	return f
+}
+
+func req(key string) *http.Request {
+	r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+	if key != "" {
+		r.Header.Set("X-Session-ID", key)
+	}
+	return r
+}
+
+func (f *fixture) resolve(t *testing.T, key string) *Decision {
+	t.Helper()
+	d, err := f.r.Resolve(context.Background(), req(key))
+	if err != nil {
+		t.Fatalf("Resolve(%q): %v", key, err)
+	}
+	return d
+}
+
+func TestNoKeyBalancesWithoutBinding(t *testing.T) {
+	f := newFixture(t, nil, newSource(be("a"), be("b")), false)
+	d := f.resolve(t, "")
+	if d.Decision != metrics.DecisionNone || d.Backend.ID == "" {
+		t.Fatalf("decision = %+v", d)
+	}
+	if n := f.store.(store.Counter).Len(); n != 0 {
+		t.Fatalf("a keyless request created %d bindings", n)
+	}
+}
+
+func TestMissThenHitsStick(t *testing.T) {
+	f := newFixture(t, nil, newSource(be("a"), be("b"), be("c")), false)
+	first := f.resolve(t, "s1")
+	if first.Decision != metrics.DecisionMiss || first.Source != "Header" {
+		t.Fatalf("first = %+v", first)
+	}
+	for i := 0; i < 20; i++ {
+		d := f.resolve(t, "s1")
+		if d.Decision != metrics.DecisionHit || d.Backend.ID != first.Backend.ID {
+			t.Fatalf("turn %d: %+v, want hit on %s", i, d, first.Backend.ID)
+		}
+	}
+	if first.KeyHash == "" || first.KeyHash == "s1" {
+		t.Fatalf("KeyHash %q must be a hash, not empty or the key", first.KeyHash)
+	}
+}
+
+func TestStoreHoldsHashNotKey(t *testing.T) {
+	f := newFixture(t, nil, newSource(be("a")), false)
+	f.resolve(t, "alice@example.com")
+	if _, ok, _ := f.store.Peek(context.Background(), session.StoreKey("ns/pool", "alice@example.com")); !ok {
+		t.Fatal("binding not stored under StoreKey(pool, key)")
+	}
+	if _, ok, _ := f.store.Peek(context.Background(), "alice@example.com"); ok {
+		t.Fatal("binding stored under the raw key")
+	}
+}
+
+func TestRebindWhenBoundBackendLeaves(t *testing.T) {
+	src := newSource(be("a"), be("b"))
+	f := newFixture(t, nil, src, false)
+	first := f.resolve(t, "s1")
+	var other discovery.Backend
+	if first.Backend.ID == "a" {
+		other = be("b")
+	} else {
+		other = be("a")
+	}
+	src.put([]discovery.Backend{other}, nil)
+	d := f.resolve(t, "s1")
+	if d.Decision != metrics.DecisionRebind || d.Backend.ID != other.ID {
+		t.Fatalf("after removal: %+v, want rebind to %s", d, other.ID)
+	}
+	if d.binding.Gen != first.binding.Gen+1 {
+		t.Fatalf("rebind gen = %d, want %d", d.binding.Gen, first.binding.Gen+1)
+	}
+	// The old backend returns: the session stays where it was rebound.
+	src.put([]discovery.Backend{be("a"), be("b")}, nil)
+	for i := 0; i < 10; i++ {
+		if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionHit || d.Backend.ID != other.ID {
+			t.Fatalf("session moved back: %+v", d)
+		}
+	}
+}
+
+func TestBindingOlderThanBackendLifeIsStale(t *testing.T) {
+	src := newSource(be("a"))
+	f := newFixture(t, nil, src, false)
+	f.resolve(t, "s1")
+	// "a" goes NotReady and comes back: discovery reports a later Since.
+	f.now = f.now.Add(5 * time.Second)
+	back := be("a")
+	back.Since = f.now
+	src.put([]discovery.Backend{back, be("b")}, nil)
+	d := f.resolve(t, "s1")
+	if d.Decision != metrics.DecisionRebind {
+		t.Fatalf("binding from before the backend's current life was used: %+v", d)
+	}
+}
+
+func TestRetryMarksFailedAndRebinds(t *testing.T) {
+	f := newFixture(t, nil, newSource(be("a"), be("b")), false)
+	first := f.resolve(t, "s1")
+	d, err := f.r.Retry(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Backend.ID == first.Backend.ID || d.Decision != metrics.DecisionRebind {
+		t.Fatalf("retry = %+v, want rebind away from %s", d, first.Backend.ID)
+	}
+	// While failed, no session (new or keyless) goes to the failed backend.
+	for i := 0; i < 20; i++ {
+		if got := f.resolve(t, ""); got.Backend.ID == first.Backend.ID {
+			t.Fatal("failed backend chosen for a keyless request")
+		}
+	}
+	if got := f.resolve(t, "s1"); got.Decision != metrics.DecisionHit || got.Backend.ID != d.Backend.ID {
+		t.Fatalf("next turn = %+v, want hit on %s", got, d.Backend.ID)
+	}
+	// After the fail timeout the backend is selectable again.
+	f.now = f.now.Add(11 * time.Second)
+	seen := false
+	for i := 0; i < 50 && !seen; i++ {
+		seen = f.resolve(t, "").Backend.ID == first.Backend.ID
+	}
+	if !seen {
+		t.Fatal("backend never selectable again after its fail timeout")
+	}
+}
+
+func TestNoBackend(t *testing.T) {
+	f := newFixture(t, nil, newSource(), false)
+	if _, err := f.r.Resolve(context.Background(), req("s")); !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("err = %v, want ErrNoBackend", err)
+	}
+}
+
+func TestPoolsAreIndependent(t *testing.T) {
+	src := newSource(be("a"), be("b"), be("c"), be("d"))
+	m := memory.New(memory.Options{MaxEntries: 100})
+	defer m.Close()
+	f1 := newFixture(t, m, src, false)
+	f2 := newFixture(t, m, src, false)
+	f2.r.o.Pool = "ns/other"
+	f1.resolve(t, "same-key")
+	if d := f2.resolve(t, "same-key"); d.Decision != metrics.DecisionMiss {
+		t.Fatalf("second pool saw the first pool's binding: %+v", d)
+	}
+}
+
+// failingStore fails every operation, as Redis does when it is down.
+type failingStore struct{ store.Store }
+
+var errDown = errors.New("redis: connection refused")
+
+func (failingStore) Lookup(context.Context, string, time.Duration) (store.Binding, bool, error) {
+	return store.Binding{}, false, errDown
+}
+func (failingStore) Create(context.Context, string, store.Binding, time.Duration) (store.Binding, error) {
+	return store.Binding{}, errDown
+}
+func (failingStore) CompareAndDelete(context.Context, string, store.Binding) (bool, error) {
+	return false, errDown
+}
+
+func TestStoreErrorDegradesToUnsticky(t *testing.T) {
+	f := newFixture(t, failingStore{}, newSource(be("a"), be("b")), false)
+	d := f.resolve(t, "s1")
+	if d.Decision != metrics.DecisionNone || !d.StoreError || d.Backend.ID == "" {
+		t.Fatalf("decision on store error = %+v", d)
+	}
+}
+
+// racingStore plays a peer replica that commits its binding between this
+// replica's Lookup and Create.
+type racingStore struct {
+	store.Store
+	peer store.Binding
+}
+
+func (s racingStore) Create(ctx context.Context, key string, _ store.Binding, ttl time.Duration) (store.Binding, error) {
+	return s.Store.Create(ctx, key, s.peer, ttl)
+}
+
+func TestCreateRaceUsesWinner(t *testing.T) {
+	m := memory.New(memory.Options{MaxEntries: 100})
+	defer m.Close()
+	src := newSource(be("a"), be("b"), be("c"))
+	f := newFixture(t, racingStore{Store: m, peer: store.Binding{Pod: "c", Gen: 1}}, src, false)
+	for i := 0; i < 10; i++ {
+		if d := f.resolve(t, "s1"); d.Backend.ID != "c" {
+			t.Fatalf("request went to %s, the peer's binding is c", d.Backend.ID)
+		}
+	}
+}
+
+func TestPDPairPinnedAndReplacedInGroup(t *testing.T) {
+	d := func(id, g string) discovery.Backend { b := be(id); b.Group = g; return b }
+	src := &fakeSource{}
+	src.put([]discovery.Backend{d("d1", "g1"), d("d2", "g2")}, []discovery.Backend{d("p1", "g1"), d("p1b", "g1"), d("p2", "g2")})
+	f := newFixture(t, nil, src, true)
+	first := f.resolve(t, "s1")
+	if first.Prefill.ID == "" || first.Prefill.Group != first.Backend.Group {
+		t.Fatalf("pair = %+v / %+v", first.Backend, first.Prefill)
+	}
+	for i := 0; i < 10; i++ {
+		got := f.resolve(t, "s1")
+		if got.Decision != metrics.DecisionHit || got.Backend.ID != first.Backend.ID || got.Prefill.ID != first.Prefill.ID {
+			t.Fatalf("pair moved: %+v", got)
+		}
+	}
+	// Make g1 the only complete group with two prefill pods, pin there, then
+	// drop the bound prefill pod: the new pair stays in g1.
+	src.put([]discovery.Backend{d("d1", "g1"), d("d2", "g2")}, []discovery.Backend{d("p1", "g1"), d("p1b", "g1")})
+	pinned := f.resolve(t, "s2")
+	if pinned.Backend.ID != "d1" {
+		t.Fatalf("s2 pinned to %s, only d1 has a group with prefill", pinned.Backend.ID)
+	}
+	var keep discovery.Backend
+	if pinned.Prefill.ID == "p1" {
+		keep = d("p1b", "g1")
+	} else {
+		keep = d("p1", "g1")
+	}
+	src.put([]discovery.Backend{d("d1", "g1"), d("d2", "g2")}, []discovery.Backend{keep})
+	got := f.resolve(t, "s2")
+	if got.Decision != metrics.DecisionRebind || got.Backend.ID != "d1" || got.Prefill.ID != keep.ID {
+		t.Fatalf("after losing the prefill pod: %+v / %+v, want d1 / %s", got.Backend, got.Prefill, keep.ID)
+	}
+}
+
+func BenchmarkResolveHit(b *testing.B) {
+	m := memory.New(memory.Options{MaxEntries: 1000})
+	defer m.Close()
+	r := New(Options{
+		Pool: "ns/pool", TTL: time.Minute, Keys: headerKeys{}, Store: m,
+		Backends: newSource(be("a"), be("b"), be("c")), Balancer: balance.New(),
+		Failed: NewFailSet(time.Second, nil), Metrics: metrics.New(prometheus.NewRegistry()),
+	})
+	rq := req("session-1")
+	ctx := context.Background()
+	r.Resolve(ctx, rq)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := r.Resolve(ctx, rq); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
