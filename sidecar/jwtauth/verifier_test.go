@@ -44,8 +44,8 @@ func TestAccept(t *testing.T) {
 	set := writeFile(t, dir, "jwks.json", jwks(t,
 		jwkOf(t, &k.rsa.PublicKey, "r1"), jwkOf(t, &k.ec.PublicKey, "e1"), jwkOf(t, k.ed.Public(), "d1"),
 		jwkOf(t, &k.rsa2.PublicKey, "r2"), jwkOf(t, &k.ec384.PublicKey, "e384"),
-		map[string]any{"kty": "oct", "k": "c2VjcmV0"},                          // skipped: symmetric
-		map[string]any{"kty": "RSA", "use": "enc", "n": "AQAB", "e": "AQAB"},   // skipped: encryption
+		map[string]any{"kty": "oct", "k": "c2VjcmV0"},                              // skipped: symmetric
+		map[string]any{"kty": "RSA", "use": "enc", "n": "AQAB", "e": "AQAB"},       // skipped: encryption
 		map[string]any{"kty": "OKP", "crv": "X25519", "x": b64u(make([]byte, 32))}, // skipped: key agreement
 	))
 
