@@ -35,19 +35,24 @@ type Set struct {
 	Backends []Backend
 	Prefill  []Backend
 	byID     map[string]*Backend
+	byAddr   map[string]bool
 }
 
 // NewSet indexes backends and prefill backends into a Set.
 func NewSet(backends, prefill []Backend) *Set {
-	s := &Set{Backends: backends, Prefill: prefill, byID: make(map[string]*Backend, len(backends)+len(prefill))}
-	for i := range s.Backends {
-		s.byID[s.Backends[i].ID] = &s.Backends[i]
-	}
-	for i := range s.Prefill {
-		s.byID[s.Prefill[i].ID] = &s.Prefill[i]
+	n := len(backends) + len(prefill)
+	s := &Set{Backends: backends, Prefill: prefill, byID: make(map[string]*Backend, n), byAddr: make(map[string]bool, n)}
+	for _, list := range [][]Backend{s.Backends, s.Prefill} {
+		for i := range list {
+			s.byID[list[i].ID] = &list[i]
+			s.byAddr[list[i].Addr] = true
+		}
 	}
 	return s
 }
+
+// HasAddr reports whether host:port belongs to a backend of the Set.
+func (s *Set) HasAddr(addr string) bool { return s != nil && s.byAddr[addr] }
 
 // Get returns the selectable backend with id.
 func (s *Set) Get(id string) (Backend, bool) {

@@ -1,0 +1,109 @@
+// Command tether-sidecar is the localhost reverse proxy beside a router
+// replica: it pins every request of a session to one model-server backend
+// (or prefill/decode pair) and shares those bindings with the other
+// replicas. See the README for the configuration contract.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/server"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "tether-sidecar:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		configPath = flag.String("config", "", "config file (YAML or JSON); without it the env var TETHER_CONFIG holds the document")
+		kubeconfig = flag.String("kubeconfig", "", "kubeconfig file; default: in-cluster config (only used by kubernetes discovery)")
+		logLevel   = flag.String("log-level", "info", "debug, info, warn or error")
+		check      = flag.Bool("check", false, "validate the config and exit")
+	)
+	flag.Parse()
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	if *check {
+		fmt.Println("config ok")
+		return nil
+	}
+	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE")}
+	if needsKube(cfg) {
+		if deps.Kube, err = kubeClient(*kubeconfig); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	srv, err := server.New(ctx, cfg, log, deps)
+	if err != nil {
+		return err
+	}
+	if err := srv.Listen(); err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
+
+func loadConfig(path string) (*config.Config, error) {
+	if path != "" {
+		return config.Load(path)
+	}
+	doc := os.Getenv("TETHER_CONFIG")
+	if doc == "" {
+		return nil, errors.New("no config: pass --config FILE or set TETHER_CONFIG")
+	}
+	return config.Parse([]byte(doc))
+}
+
+// needsKube reports whether any part reads the Kubernetes API.
+func needsKube(cfg *config.Config) bool {
+	if g := cfg.Store.Gossip; cfg.Store.Backend == config.StoreGossip && g != nil && g.Discovery == config.PeersKubernetes {
+		return true
+	}
+	for _, p := range cfg.Pools {
+		if p.Backends.Kubernetes != nil || p.Backends.IsPD() {
+			return true
+		}
+	}
+	return false
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	rc.UserAgent = "tether-sidecar"
+	return kubernetes.NewForConfig(rc)
+}

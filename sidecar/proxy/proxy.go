@@ -1,0 +1,330 @@
+// Package proxy forwards a request to the backend the resolver chose:
+// httputil.ReverseProxy with Rewrite, streaming flushed as it arrives,
+// client cancellation propagated, one retry on another backend when the
+// chosen one refuses the connection (before any byte reached the client),
+// an access-log line and metrics per request. It knows no stores.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/resolve"
+)
+
+// Pool is one pool served on a listener.
+type Pool struct {
+	Name     string
+	Models   []string
+	Resolver *resolve.Resolver
+	Balancer *balance.Balancer
+	// PrefillHeader, in PD pools, carries the prefill pod's host:port to
+	// the decode pod.
+	PrefillHeader string
+}
+
+// Options configure a Handler.
+type Options struct {
+	Pools        []Pool
+	MaxBodyBytes int64
+	Transport    http.RoundTripper
+	Metrics      *metrics.Metrics
+	// AccessLog receives one line per request.
+	AccessLog *slog.Logger
+	// StripHeaders are removed from every request before forwarding:
+	// routing hints a client must not be able to set.
+	StripHeaders []string
+	Now          func() time.Time
+}
+
+// Handler serves one listener.
+type Handler struct {
+	o       Options
+	byModel map[string]*Pool
+	rp      *httputil.ReverseProxy
+}
+
+// attempt travels in the request context from ServeHTTP through the
+// reverse proxy to the transport, which may replace the decision once.
+type attempt struct {
+	pool    *Pool
+	d       *resolve.Decision
+	body    []byte
+	retried bool
+	release func()
+	start   time.Time // of the upstream round trip
+	header  time.Duration
+}
+
+type attemptKey struct{}
+
+// New returns the Handler for a listener serving o.Pools.
+func New(o Options) *Handler {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.AccessLog == nil {
+		o.AccessLog = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{o: o, byModel: make(map[string]*Pool)}
+	for i := range h.o.Pools {
+		for _, m := range h.o.Pools[i].Models {
+			h.byModel[m] = &h.o.Pools[i]
+		}
+	}
+	h.rp = &httputil.ReverseProxy{
+		Rewrite:      h.rewrite,
+		Transport:    &retryTransport{base: o.Transport, m: o.Metrics, now: o.Now},
+		ErrorHandler: h.proxyError,
+		// Responses of unknown length (SSE, chunked) are flushed on every
+		// write by ReverseProxy itself; fixed-length ones need no flushing.
+		FlushInterval: 0,
+		ErrorLog:      slog.NewLogLogger(o.AccessLog.Handler(), slog.LevelWarn),
+	}
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.o.Now()
+	rec := &recorder{ResponseWriter: w}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(rec, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.o.MaxBodyBytes))
+		} else {
+			writeError(rec, http.StatusBadRequest, "reading request body: "+err.Error())
+		}
+		h.finish(rec, r, nil, nil, start)
+		return
+	}
+	pool, status, msg := h.pool(body)
+	if pool == nil {
+		writeError(rec, status, msg)
+		h.finish(rec, r, nil, nil, start)
+		return
+	}
+	d, err := pool.Resolver.Resolve(r.Context(), r)
+	if err != nil {
+		rec.Header().Set("Retry-After", "1")
+		writeError(rec, http.StatusServiceUnavailable, "pool "+pool.Name+": "+err.Error())
+		h.finish(rec, r, pool, nil, start)
+		return
+	}
+	att := &attempt{pool: pool, d: d, body: body, release: pool.Balancer.Acquire(d.Backend.ID)}
+	defer func() { att.release() }()
+	inflight := h.o.Metrics.InFlight.WithLabelValues(pool.Name)
+	inflight.Inc()
+	defer inflight.Dec()
+
+	out := r.WithContext(context.WithValue(r.Context(), attemptKey{}, att))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	h.rp.ServeHTTP(rec, out)
+	h.finish(rec, r, pool, att, start)
+}
+
+// pool picks the pool of a request: the only one on the listener, or the
+// one serving the body's "model".
+func (h *Handler) pool(body []byte) (*Pool, int, string) {
+	if len(h.o.Pools) == 1 {
+		return &h.o.Pools[0], 0, ""
+	}
+	var m struct {
+		Model string `json:"model"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, http.StatusBadRequest, "this listener serves several pools and picks one by the JSON body's \"model\"; the body is not a JSON object"
+	}
+	if p := h.byModel[m.Model]; p != nil {
+		return p, 0, ""
+	}
+	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", m.Model)
+}
+
+// rewrite points the outbound request at the decision's backend. Rewrite
+// has already removed hop-by-hop and X-Forwarded-* headers from Out.
+func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
+	att := pr.In.Context().Value(attemptKey{}).(*attempt)
+	pr.SetXForwarded()
+	for _, name := range h.o.StripHeaders {
+		pr.Out.Header.Del(name)
+	}
+	target(pr.Out, att)
+}
+
+// target aims out at att's current decision.
+func target(out *http.Request, att *attempt) {
+	out.URL.Scheme = "http"
+	out.URL.Host = att.d.Backend.Addr
+	out.Host = att.d.Backend.Addr
+	if ph := att.pool.PrefillHeader; ph != "" {
+		out.Header.Del(ph) // never a client's value
+		if att.d.Prefill.Addr != "" {
+			out.Header.Set(ph, att.d.Prefill.Addr)
+		}
+	}
+}
+
+// retryTransport retries a request once on a new decision when the first
+// backend could not be dialled. A dial error means no byte was sent and
+// none reached the client, so the retry cannot duplicate work.
+type retryTransport struct {
+	base http.RoundTripper
+	m    *metrics.Metrics
+	now  func() time.Time
+}
+
+func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	att, _ := req.Context().Value(attemptKey{}).(*attempt)
+	resp, err := t.roundTrip(req, att)
+	if err == nil || att == nil || att.retried || !isDialError(err) || req.Context().Err() != nil {
+		return resp, err
+	}
+	nd, rerr := att.pool.Resolver.Retry(req.Context(), att.d)
+	if rerr != nil {
+		return nil, fmt.Errorf("%w (and no other backend: %v)", err, rerr)
+	}
+	t.m.Retries.WithLabelValues(att.pool.Name).Inc()
+	att.retried = true
+	att.d = nd
+	att.release()
+	att.release = att.pool.Balancer.Acquire(nd.Backend.ID)
+	out := req.Clone(req.Context())
+	out.Body = io.NopCloser(bytes.NewReader(att.body))
+	target(out, att)
+	return t.roundTrip(out, att)
+}
+
+func (t *retryTransport) roundTrip(req *http.Request, att *attempt) (*http.Response, error) {
+	start := t.now()
+	resp, err := t.base.RoundTrip(req)
+	if att != nil {
+		att.start, att.header = start, t.now().Sub(start)
+	}
+	return resp, err
+}
+
+// proxyError answers a request that got no response from upstream.
+func (h *Handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case r.Context().Err() != nil:
+		// The client went away; there is nobody to answer. 499 is what the
+		// access log shows (nginx's convention for a closed client).
+		w.WriteHeader(499)
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		writeError(w, http.StatusGatewayTimeout, "upstream timed out")
+	default:
+		writeError(w, http.StatusBadGateway, "upstream: "+err.Error())
+	}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// finish writes the access-log line and the request metrics.
+func (h *Handler) finish(rec *recorder, r *http.Request, pool *Pool, att *attempt, start time.Time) {
+	elapsed := h.o.Now().Sub(start)
+	code := rec.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	poolName, decision := "", ""
+	attrs := make([]slog.Attr, 0, 16)
+	if pool != nil {
+		poolName = pool.Name
+		attrs = append(attrs, slog.String("pool", pool.Name))
+	}
+	if att != nil {
+		d := att.d
+		decision = d.Decision
+		attrs = append(attrs,
+			slog.String("source", d.Source),
+			slog.String("key_hash", d.KeyHash),
+			slog.String("decision", d.Decision),
+			slog.String("selected_pod", d.Backend.Name),
+		)
+		if d.Prefill.ID != "" {
+			attrs = append(attrs, slog.String("prefill_pod", d.Prefill.Name))
+		}
+		if att.retried {
+			attrs = append(attrs, slog.Bool("retried", true))
+		}
+		if d.StoreError {
+			attrs = append(attrs, slog.Bool("store_error", true))
+		}
+		if !att.start.IsZero() {
+			h.o.Metrics.UpstreamLatency.WithLabelValues(poolName).Observe(att.header.Seconds())
+			attrs = append(attrs, slog.Float64("upstream_header_ms", ms(att.header)))
+		}
+	}
+	attrs = append(attrs,
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", code),
+		slog.Int64("bytes", rec.bytes),
+		slog.Float64("duration_ms", ms(elapsed)),
+	)
+	h.o.AccessLog.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	if decision == "" {
+		decision = "error"
+	}
+	h.o.Metrics.Requests.WithLabelValues(poolName, decision, strconv.Itoa(code)).Inc()
+	if pool != nil {
+		h.o.Metrics.RequestDuration.WithLabelValues(poolName).Observe(elapsed.Seconds())
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// writeError answers in the OpenAI error shape routers already parse.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+		"message": msg, "type": "tether_error", "code": code,
+	}})
+}
+
+// recorder remembers the status and size of a response. Unwrap lets
+// http.ResponseController (which ReverseProxy uses to flush) reach the
+// real writer.
+type recorder struct {
+	http.ResponseWriter
+	code  int
+	bytes int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 && code >= 200 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() { http.NewResponseController(r.ResponseWriter).Flush() }
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

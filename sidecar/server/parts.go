@@ -1,0 +1,42 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/jwtauth"
+	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/store/memory"
+)
+
+// newStore builds the configured store. Shared stores fail here, before
+// anything listens, when they cannot start.
+func newStore(ctx context.Context, cfg *config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (store.Store, error) {
+	switch cfg.Store.Backend {
+	case config.StoreMemory:
+		return memory.New(memory.Options{MaxEntries: cfg.Store.Memory.MaxEntries}), nil
+	default:
+		return nil, fmt.Errorf("store.backend: %q is not built into this binary yet", cfg.Store.Backend)
+	}
+}
+
+// newSource builds a pool's discovery.
+func newSource(pc config.Pool, deps Deps, reg prometheus.Registerer, log *slog.Logger) (discovery.Source, error) {
+	if len(pc.Backends.Static) > 0 {
+		return discovery.NewStatic(pc.Backends.Static), nil
+	}
+	return nil, fmt.Errorf("pools[%s].backends: kubernetes discovery is not built into this binary yet", pc.Name)
+}
+
+// newClaimReader builds the JWT verifier when the config has a jwt block.
+func newClaimReader(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) (*jwtauth.Verifier, error) {
+	if cfg.JWT == nil {
+		return nil, nil
+	}
+	return jwtauth.New(cfg.JWT, reg, log)
+}

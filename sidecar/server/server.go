@@ -1,0 +1,320 @@
+// Package server wires a sidecar from its config and runs it: stores,
+// discovery, one resolver per pool, one proxy handler per listener, the
+// admin listener, and a graceful shutdown that drains in-flight streams.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/proxy"
+	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/session"
+	"github.com/tetherproxy/tether/sidecar/store"
+)
+
+// Deps are what the server does not build from config alone.
+type Deps struct {
+	// Kube is the Kubernetes client, needed by kubernetes discovery and the
+	// gossip store's kubernetes peer discovery; nil otherwise.
+	Kube kubernetes.Interface
+	// Namespace is the sidecar's own namespace (POD_NAMESPACE).
+	Namespace string
+	// Store replaces the configured store (tests).
+	Store store.Store
+}
+
+// Server is a wired sidecar. Create it with New, bind with Listen, then Run.
+type Server struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	store   store.Store
+	pools   map[string]*poolState
+	servers []*http.Server
+	lns     []net.Listener
+	admin   *http.Server
+	adminLn net.Listener
+	// poolAddr maps a pool name to the address its listener bound.
+	poolAddr map[string]string
+	starters []func(context.Context) error
+	closers  []func()
+	ready    atomic.Bool
+	stopping atomic.Bool
+}
+
+type poolState struct {
+	cfg      config.Pool
+	source   discovery.Source
+	resolver *resolve.Resolver
+}
+
+// New builds every part from cfg. It fails, naming the part, when a store
+// or discovery cannot start (Redis unreachable, key files unreadable, ...).
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (*Server, error) {
+	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), pools: map[string]*poolState{}, poolAddr: map[string]string{}}
+	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	ok := false
+	defer func() {
+		if !ok {
+			s.close()
+		}
+	}()
+	m := metrics.New(s.reg)
+
+	st := deps.Store
+	if st == nil {
+		var err error
+		if st, err = newStore(ctx, cfg, deps, s.reg, log); err != nil {
+			return nil, err
+		}
+	}
+	s.store = st
+	s.closers = append(s.closers, func() {
+		if err := st.Close(); err != nil {
+			log.Warn("closing store", "err", err)
+		}
+	})
+	if c, ok := st.(store.Counter); ok {
+		s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tether_bindings_live",
+			Help: "Bindings held by this replica's store (expired ones not yet swept included).",
+		}, func() float64 { return float64(c.Len()) }))
+	}
+
+	claims, err := newClaimReader(cfg, s.reg, log)
+	if err != nil {
+		return nil, err
+	}
+	if claims != nil {
+		s.starters = append(s.starters, func(ctx context.Context) error { claims.Run(ctx); return nil })
+	}
+
+	failed := resolve.NewFailSet(cfg.Proxy.FailTimeout.Duration, nil)
+	byListen := map[string][]proxy.Pool{}
+	var order []string
+	for _, pc := range cfg.Pools {
+		src, err := newSource(pc, deps, s.reg, log)
+		if err != nil {
+			return nil, err
+		}
+		s.starters = append(s.starters, src.Run)
+		bal := balance.New()
+		var keys session.ClaimReader
+		if claims != nil {
+			keys = claims
+		}
+		r := resolve.New(resolve.Options{
+			Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
+			Keys:  session.NewExtractor(pc.SessionSticky.Sources, keys),
+			Store: st, Backends: src, Balancer: bal, Failed: failed, Metrics: m,
+			Log: log.With("pool", pc.Name),
+		})
+		s.pools[pc.Name] = &poolState{cfg: pc, source: src, resolver: r}
+		if _, seen := byListen[pc.Listen]; !seen {
+			order = append(order, pc.Listen)
+		}
+		byListen[pc.Listen] = append(byListen[pc.Listen], proxy.Pool{
+			Name: pc.Name, Models: pc.Models, Resolver: r, Balancer: bal, PrefillHeader: pc.Backends.PrefillHeader,
+		})
+	}
+
+	transport := proxy.NewTransport(proxy.TransportOptions{
+		DialTimeout:           cfg.Proxy.DialTimeout.Duration,
+		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Duration,
+		Allowed:               s.discovered,
+	})
+	s.closers = append(s.closers, transport.CloseIdleConnections)
+	for _, listen := range order {
+		h := proxy.New(proxy.Options{
+			Pools: byListen[listen], MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
+			Transport: transport, Metrics: m, AccessLog: log, StripHeaders: stripHeaders(byListen[listen]),
+		})
+		s.servers = append(s.servers, &http.Server{
+			Addr:              listen,
+			Handler:           h,
+			MaxHeaderBytes:    cfg.Proxy.MaxRequestHeaderBytes,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		})
+	}
+	s.admin = &http.Server{Addr: cfg.Admin, Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	ok = true
+	return s, nil
+}
+
+// stripHeaders are routing headers a client must never set: the PD
+// prefill header names of every pool on the listener (the sidecar sets
+// them itself, and a client's value would aim the decode pod's prefill
+// request at a host of the client's choosing).
+func stripHeaders(pools []proxy.Pool) []string {
+	var hs []string
+	hs = append(hs, config.DefaultPrefillHeader, "x-gateway-destination-endpoint")
+	for _, p := range pools {
+		if p.PrefillHeader != "" {
+			hs = append(hs, p.PrefillHeader)
+		}
+	}
+	return hs
+}
+
+// discovered is the transport's dial guard: only addresses of backends
+// some pool currently lists are ever dialled.
+func (s *Server) discovered(addr string) bool {
+	for _, p := range s.pools {
+		if p.source.Current().HasAddr(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// Listen binds every listener, so the process fails before serving when a
+// port is taken, and tests can bind port 0 and read the addresses.
+func (s *Server) Listen() error {
+	for _, srv := range s.servers {
+		ln, err := net.Listen("tcp", srv.Addr)
+		if err != nil {
+			s.closeListeners()
+			return fmt.Errorf("listen: %w", err)
+		}
+		s.lns = append(s.lns, ln)
+		for name, p := range s.pools {
+			if p.cfg.Listen == srv.Addr {
+				s.poolAddr[name] = ln.Addr().String()
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", s.admin.Addr)
+	if err != nil {
+		s.closeListeners()
+		return fmt.Errorf("admin: %w", err)
+	}
+	s.adminLn = ln
+	return nil
+}
+
+func (s *Server) closeListeners() {
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	s.lns = nil
+}
+
+// PoolAddr is the bound address of a pool's listener (after Listen).
+func (s *Server) PoolAddr(pool string) string { return s.poolAddr[pool] }
+
+// AdminAddr is the bound admin address (after Listen).
+func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
+
+// Registry is the server's metrics registry.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Run serves until ctx ends, then shuts down gracefully: readiness drops
+// first, in-flight requests (long streams included) get
+// proxy.shutdownTimeout to finish, then the store is closed (a gossip
+// replica leaves its ring) and discovery stops.
+func (s *Server) Run(ctx context.Context) error {
+	if s.adminLn == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	defer s.close()
+	bg, bgCancel := context.WithCancel(context.Background())
+	defer bgCancel()
+	g, gctx := errgroup.WithContext(bg)
+	for _, start := range s.starters {
+		g.Go(func() error { return start(gctx) })
+	}
+	serveErr := make(chan error, len(s.servers)+1)
+	serve := func(srv *http.Server, ln net.Listener) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- err
+		}
+	}
+	for i, srv := range s.servers {
+		go serve(srv, s.lns[i])
+	}
+	go serve(s.admin, s.adminLn)
+	go s.watchReady(gctx)
+	s.log.Info("tether-sidecar serving", "admin", s.AdminAddr(), "pools", s.poolAddr, "store", s.cfg.Store.Backend)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	case <-gctx.Done():
+		runErr = fmt.Errorf("background task failed: %w", context.Cause(gctx))
+		if err := g.Wait(); err != nil {
+			runErr = err
+		}
+	}
+	s.stopping.Store(true)
+	s.ready.Store(false)
+	s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.Proxy.ShutdownTimeout.Duration)
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Proxy.ShutdownTimeout.Duration)
+	defer cancel()
+	for _, srv := range s.servers {
+		if err := srv.Shutdown(sctx); err != nil {
+			s.log.Warn("drain incomplete; closing remaining connections", "err", err)
+			srv.Close()
+		}
+	}
+	s.admin.Close()
+	bgCancel()
+	if err := g.Wait(); err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
+		runErr = err
+	}
+	return runErr
+}
+
+// watchReady turns ready once every pool's discovery has synced.
+func (s *Server) watchReady(ctx context.Context) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s.synced() {
+			s.ready.Store(!s.stopping.Load())
+			s.log.Info("ready")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) synced() bool {
+	for _, p := range s.pools {
+		if !p.source.Synced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) close() {
+	s.closeListeners()
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
