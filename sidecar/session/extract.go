@@ -1,0 +1,171 @@
+package session
+
+import (
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strings"
+
+	"github.com/tetherproxy/tether/sidecar/config"
+)
+
+// MaxKeyBytes bounds a session key. A longer value counts as absent: no
+// real session identifier is that long, the store key is a hash so length
+// buys nothing, and refusing it keeps a client from making every request
+// hash and compare kilobytes (or a rendered JWT array) on the hot path. The
+// request degrades to unsticky balancing, never to an error.
+const MaxKeyBytes = 4096
+
+// ClaimReader reads one claim of a bearer token it has verified itself.
+// ok is false for an invalid token or an absent claim. jwtauth.Verifier
+// implements it.
+type ClaimReader interface {
+	Claim(token, name string) (value string, ok bool)
+}
+
+// MultiClaimReader is an optional extension of ClaimReader: verify a token
+// once and read several claims. values[i] is "" when names[i] yields
+// nothing; ok is false when the token is invalid or yields no claim at all.
+// The Extractor uses it so that a pool with several JWTClaim sources pays
+// for one signature check per request.
+type MultiClaimReader interface {
+	Claims(token string, names []string) (values []string, ok bool)
+}
+
+// Extractor finds a request's session key from a pool's sources, in order.
+// It is immutable and safe for concurrent use.
+type Extractor struct {
+	sources []source
+	claims  ClaimReader
+	multi   bool // claims implements MultiClaimReader
+	// jwtNames lists the claim names of the JWTClaim sources in order;
+	// each JWTClaim source knows its index here.
+	jwtNames []string
+}
+
+type source struct {
+	typ  string
+	name string // canonical header key for Header sources
+	jwt  int    // index into jwtNames for JWTClaim sources
+}
+
+// NewExtractor prepares sources (validated by config) for extraction.
+// claims may be nil, in which case JWTClaim sources never yield a key.
+func NewExtractor(sources []config.Source, claims ClaimReader) *Extractor {
+	e := &Extractor{claims: claims}
+	_, e.multi = claims.(MultiClaimReader)
+	for _, s := range sources {
+		src := source{typ: s.Type, name: s.Name}
+		switch s.Type {
+		case config.SourceHeader:
+			// net/http stores header keys canonicalised, so looking up the
+			// canonical form is a case-insensitive match.
+			src.name = textproto.CanonicalMIMEHeaderKey(s.Name)
+		case config.SourceJWTClaim:
+			src.jwt = len(e.jwtNames)
+			e.jwtNames = append(e.jwtNames, s.Name)
+		case config.SourceQuery, config.SourceCookie:
+		default:
+			continue // config.Validate rejects it; never match it here
+		}
+		e.sources = append(e.sources, src)
+	}
+	return e
+}
+
+// Extract returns the first non-empty key the sources yield and the type
+// of the source that yielded it, or ("", "") when none does.
+//
+// Rules: a Header source matches its name case-insensitively and reads the
+// header's first value; a Query source matches the parameter name exactly
+// and reads its first value (a malformed query yields whatever pairs did
+// parse); a Cookie source matches the name exactly (case-sensitive) and
+// reads the first cookie of that name; a JWTClaim source reads the claim
+// from the `Authorization: Bearer` token (scheme case-insensitive) only if
+// the ClaimReader verified it. Values longer than MaxKeyBytes are absent.
+// Query string, cookies and the token are each parsed at most once.
+func (e *Extractor) Extract(r *http.Request) (key string, sourceType string) {
+	var (
+		query      url.Values
+		queryDone  bool
+		cookies    []*http.Cookie
+		cookieDone bool
+		token      string
+		jwtVals    []string
+		jwtDone    bool
+	)
+	for _, s := range e.sources {
+		var v string
+		switch s.typ {
+		case config.SourceHeader:
+			if vs := r.Header[s.name]; len(vs) > 0 {
+				v = vs[0]
+			}
+		case config.SourceQuery:
+			if !queryDone {
+				queryDone = true
+				if r.URL != nil {
+					// ParseQuery keeps the pairs it could parse when it
+					// reports an error; those are still the client's values.
+					query, _ = url.ParseQuery(r.URL.RawQuery)
+				}
+			}
+			if vs := query[s.name]; len(vs) > 0 {
+				v = vs[0]
+			}
+		case config.SourceCookie:
+			if !cookieDone {
+				cookieDone = true
+				cookies = r.Cookies()
+			}
+			for _, c := range cookies {
+				if c.Name == s.name {
+					v = c.Value
+					break
+				}
+			}
+		case config.SourceJWTClaim:
+			if !jwtDone {
+				jwtDone = true
+				token, jwtVals = e.readClaims(r)
+			}
+			switch {
+			case jwtVals != nil:
+				v = jwtVals[s.jwt]
+			case token != "" && !e.multi:
+				v, _ = e.claims.Claim(token, e.jwtNames[s.jwt])
+			}
+		}
+		if v != "" && len(v) <= MaxKeyBytes {
+			return v, s.typ
+		}
+	}
+	return "", ""
+}
+
+// readClaims finds the bearer token and, when the reader can, verifies
+// it once and reads every JWTClaim source's claim ("" where absent).
+func (e *Extractor) readClaims(r *http.Request) (token string, vals []string) {
+	if e.claims == nil {
+		return "", nil
+	}
+	token = bearer(r.Header.Get("Authorization"))
+	if token == "" || !e.multi {
+		return token, nil
+	}
+	vals, ok := e.claims.(MultiClaimReader).Claims(token, e.jwtNames)
+	if !ok || len(vals) != len(e.jwtNames) {
+		return "", nil
+	}
+	return token, vals
+}
+
+// bearer returns the token of an "Bearer <token>" Authorization value, the
+// scheme matched case-insensitively (RFC 9110 §11.1), or "".
+func bearer(h string) string {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}

@@ -1,0 +1,74 @@
+package session_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/jwtauth"
+	"github.com/tetherproxy/tether/sidecar/session"
+)
+
+var (
+	_ session.ClaimReader      = (*jwtauth.Verifier)(nil)
+	_ session.MultiClaimReader = (*jwtauth.Verifier)(nil)
+)
+
+// TestExtractWithVerifier wires the real verifier: a signed token yields
+// its claim, a forged one yields nothing and is counted once even with
+// two JWTClaim sources.
+func TestExtractWithVerifier(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	v, err := jwtauth.New(&config.JWT{HMACSecretFile: path, Algorithms: []string{"HS256"}}, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := session.NewExtractor([]config.Source{
+		{Type: config.SourceJWTClaim, Name: "sid"},
+		{Type: config.SourceJWTClaim, Name: "sub"},
+		{Type: config.SourceHeader, Name: "X-Session-ID"},
+	}, v)
+	tok := func(key []byte) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	r, _ := http.NewRequest("GET", "http://x/", nil)
+	r.Header.Set("Authorization", "Bearer "+tok(secret))
+	r.Header.Set("X-Session-ID", "h")
+	if key, typ := e.Extract(r); key != "alice" || typ != config.SourceJWTClaim {
+		t.Fatalf("signed token: Extract = %q, %q", key, typ)
+	}
+	r.Header.Set("Authorization", "Bearer "+tok([]byte("forged-forged-forged-forged-1234")))
+	if key, typ := e.Extract(r); key != "h" || typ != config.SourceHeader {
+		t.Fatalf("forged token: Extract = %q, %q", key, typ)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "tether_jwt_rejected_total" && m.GetLabel()[0].GetValue() == jwtauth.ReasonSignature {
+				if n := m.GetCounter().GetValue(); n != 1 {
+					t.Fatalf("signature rejections = %v, want 1 (one verification per request)", n)
+				}
+				return
+			}
+		}
+	}
+	t.Fatal("tether_jwt_rejected_total{reason=signature} not found")
+}
