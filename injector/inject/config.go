@@ -1,0 +1,275 @@
+package inject
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tetherproxy/tether/sidecar/config"
+)
+
+// plan is everything the pod's annotations and the injector's defaults
+// decide: the store (for ports and Secret mounts), the Secrets to mount,
+// and either a ConfigMap name or a rendered config.
+type plan struct {
+	store               string
+	configMap           string
+	cfg                 *config.Config // nil with a ConfigMap
+	redisPasswordSecret string
+	gossipKeySecret     string
+	jwtSecret           string
+	listenPort          int
+}
+
+// buildPlan applies the cross-key rules and renders the sidecar config,
+// validated by the sidecar's own SetDefaults and Validate.
+func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*plan, problems) {
+	var p problems
+	pl := &plan{
+		store:      firstNonEmpty(a.Store, inj.opts.Store, config.StoreMemory),
+		configMap:  a.ConfigMap,
+		jwtSecret:  a.JWTSecret,
+		listenPort: DefaultListenPort,
+	}
+	if a.ListenPort != 0 {
+		pl.listenPort = a.ListenPort
+	}
+
+	// Secrets follow the store: a default Secret for another store is not
+	// mounted; an annotated one for another store is a mistake.
+	switch pl.store {
+	case config.StoreRedis:
+		pl.redisPasswordSecret = firstNonEmpty(a.RedisPasswordSecret, inj.opts.RedisPasswordSecret)
+	case config.StoreGossip:
+		pl.gossipKeySecret = firstNonEmpty(a.GossipKeySecret, inj.opts.GossipKeySecret)
+	}
+	for _, c := range []struct{ key, store string }{
+		{AnnotationRedisAddress, config.StoreRedis},
+		{AnnotationRedisPasswordSecret, config.StoreRedis},
+		{AnnotationGossipKeySecret, config.StoreGossip},
+	} {
+		if a.Has(c.key) && pl.store != c.store {
+			p.add(c.key, "applies only with %s: %s (the store is %q)", AnnotationStore, c.store, pl.store)
+		}
+	}
+	for _, k := range []string{AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience} {
+		if a.Has(k) && !a.Has(AnnotationJWTSecret) {
+			p.add(k, "needs %s (the Secret with the keys that verify tokens)", AnnotationJWTSecret)
+		}
+	}
+
+	if a.Has(AnnotationConfig) {
+		for _, k := range poolKeys {
+			if a.Has(k) {
+				p.add(k, "cannot be combined with %s (its ConfigMap holds the whole sidecar config)", AnnotationConfig)
+			}
+		}
+		return pl, p
+	}
+
+	cfg, cp := inj.renderConfig(a, pod, ns, pl)
+	p = append(p, cp...)
+	if len(p) > 0 {
+		return pl, p
+	}
+	// The sidecar's own rules, with its own defaults, are the last word.
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		p = append(p, fieldProblems(err)...)
+		return pl, p
+	}
+	pl.cfg = cfg
+	return pl, p
+}
+
+// renderConfig builds the single-pool config the annotations describe.
+func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl *plan) (*config.Config, problems) {
+	var p problems
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(pl.listenPort))
+	cfg := &config.Config{
+		Listen: listen,
+		// The kubelet's probes reach the admin listener from outside the pod.
+		Admin: net.JoinHostPort("0.0.0.0", strconv.Itoa(AdminPort)),
+		Store: config.Store{Backend: pl.store},
+	}
+
+	pool := config.Pool{Listen: listen, Affinity: config.Affinity{Mode: a.Affinity}}
+	if pool.Name = PoolName(pod, ns, a.Pool); pool.Name == "" {
+		p.add(AnnotationPool, "required: the pod has no app.kubernetes.io/name or app label and no name to derive the pool name from")
+	}
+
+	// Sessions.
+	if !a.Has(AnnotationSources) {
+		p.add(AnnotationSources, "required: where session keys come from, for example Header:X-Session-ID")
+	}
+	pool.SessionSticky = config.SessionSticky{Sources: a.Sources, SessionAffinitySeconds: int(a.TTL.Seconds())}
+	jwtClaim := false
+	for _, s := range a.Sources {
+		jwtClaim = jwtClaim || s.Type == config.SourceJWTClaim
+	}
+	if jwtClaim && a.JWTSecret == "" {
+		p.add(AnnotationSources, "a JWTClaim source needs %s (the Secret with the keys that verify tokens)", AnnotationJWTSecret)
+	}
+	if a.JWTSecret != "" {
+		cfg.JWT = jwtConfig(a)
+	}
+
+	// Backends.
+	pool.Backends, p = backends(a, p)
+
+	// Store.
+	switch pl.store {
+	case config.StoreRedis:
+		addrs := a.RedisAddresses
+		if len(addrs) == 0 && inj.opts.RedisAddress != "" {
+			addrs = strings.Split(inj.opts.RedisAddress, ",")
+		}
+		r := &config.RedisStore{}
+		switch len(addrs) {
+		case 0:
+			p.add(AnnotationRedisAddress, "required by %s: redis (no default Redis address is configured in the chart)", AnnotationStore)
+		case 1:
+			r.Address = addrs[0]
+		default:
+			r.Addresses = addrs
+		}
+		if pl.redisPasswordSecret != "" {
+			r.PasswordFile = RedisPasswordDir + "/" + RedisPasswordKey
+		}
+		cfg.Store.Redis = r
+	case config.StoreGossip:
+		g := &config.GossipStore{Discovery: config.PeersKubernetes, PeerSelector: PeerSelector(pod)}
+		if g.PeerSelector == "" {
+			p.add(AnnotationStore, "gossip finds peers by the router pod's labels, and the pod has none that all replicas share")
+		}
+		if pl.gossipKeySecret != "" {
+			g.SecretKeyFile = GossipKeyDir + "/" + GossipKeyKey
+		}
+		cfg.Store.Gossip = g
+	}
+
+	cfg.Pools = []config.Pool{pool}
+	return cfg, p
+}
+
+func backends(a *Annotations, p problems) (config.Backends, problems) {
+	var b config.Backends
+	sel := func(s string) *config.KubeSelector {
+		return &config.KubeSelector{Selector: s, Port: a.BackendPort, PortName: a.BackendPortName}
+	}
+	pd := a.Has(AnnotationPrefillSelector) || a.Has(AnnotationDecodeSelector)
+	switch {
+	case a.Has(AnnotationBackendSelector) && pd:
+		p.add(AnnotationBackendSelector, "set %s, or %s and %s for a PD pool, not both",
+			AnnotationBackendSelector, AnnotationPrefillSelector, AnnotationDecodeSelector)
+	case pd:
+		if !a.Has(AnnotationPrefillSelector) {
+			p.add(AnnotationPrefillSelector, "required with %s (a PD pool needs both)", AnnotationDecodeSelector)
+		}
+		if !a.Has(AnnotationDecodeSelector) {
+			p.add(AnnotationDecodeSelector, "required with %s (a PD pool needs both)", AnnotationPrefillSelector)
+		}
+		if a.PrefillSelector != "" && a.DecodeSelector != "" {
+			b.Prefill, b.Decode = sel(a.PrefillSelector), sel(a.DecodeSelector)
+			b.GroupLabel = a.PDGroupLabel
+		}
+	case a.Has(AnnotationBackendSelector):
+		if a.BackendSelector != "" {
+			b.Kubernetes = sel(a.BackendSelector)
+		}
+	default:
+		p.add(AnnotationBackendSelector, "required: the label selector of the model-server pods (or %s and %s for a PD pool)",
+			AnnotationPrefillSelector, AnnotationDecodeSelector)
+	}
+	if a.Has(AnnotationPDGroupLabel) && !pd {
+		p.add(AnnotationPDGroupLabel, "applies only with %s and %s", AnnotationPrefillSelector, AnnotationDecodeSelector)
+	}
+	if (a.Has(AnnotationBackendSelector) || pd) && !a.Has(AnnotationBackendPort) {
+		p.add(AnnotationBackendPort, "required: the model servers' port number or container port name")
+	}
+	return b, p
+}
+
+// jwtConfig points the sidecar at the fixed file names in the mounted
+// Secret: hmac-secret for HMAC algorithms, public.pem for the others.
+func jwtConfig(a *Annotations) *config.JWT {
+	j := &config.JWT{Algorithms: a.JWTAlgorithms, Issuer: a.JWTIssuer, Audience: a.JWTAudience}
+	if len(j.Algorithms) == 0 {
+		j.Algorithms = []string{"RS256"}
+	}
+	for _, alg := range j.Algorithms {
+		if strings.HasPrefix(alg, "HS") {
+			j.HMACSecretFile = JWTDir + "/" + JWTHMACSecretKey
+		} else {
+			j.PublicKeyFiles = []string{JWTDir + "/" + JWTPublicKeyKey}
+		}
+	}
+	return j
+}
+
+// fieldAnnotations maps a config field (by prefix, most specific first)
+// to the annotation that set it, so the sidecar's validation errors name
+// what the user wrote.
+var fieldAnnotations = []struct{ prefix, key string }{
+	{"pools[0].name", AnnotationPool},
+	{"pools[0].listen", AnnotationListenPort},
+	{"pools[0].sessionSticky.sessionAffinitySeconds", AnnotationTTL},
+	{"pools[0].sessionSticky.sources", AnnotationSources},
+	{"pools[0].backends.kubernetes.selector", AnnotationBackendSelector},
+	{"pools[0].backends.prefill.selector", AnnotationPrefillSelector},
+	{"pools[0].backends.decode.selector", AnnotationDecodeSelector},
+	{"pools[0].backends.groupLabel", AnnotationPDGroupLabel},
+	{"pools[0].backends.kubernetes", AnnotationBackendPort},
+	{"pools[0].backends.prefill", AnnotationBackendPort},
+	{"pools[0].backends.decode", AnnotationBackendPort},
+	{"pools[0].backends", AnnotationBackendSelector},
+	{"pools[0].affinity", AnnotationAffinity},
+	{"store.redis", AnnotationRedisAddress},
+	{"store", AnnotationStore},
+	{"jwt.algorithms", AnnotationJWTAlgorithms},
+	{"jwt", AnnotationJWTSecret},
+	{"listen", AnnotationListenPort},
+}
+
+// fieldProblems turns config.FieldErrors into AnnotationErrors.
+func fieldProblems(err error) problems {
+	var p problems
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	for _, e := range list {
+		var fe *config.FieldError
+		if !errors.As(e, &fe) {
+			p.add(Prefix+"*", "rendered sidecar config is invalid: %v", e)
+			continue
+		}
+		key := ""
+		for _, m := range fieldAnnotations {
+			if fe.Field == m.prefix || strings.HasPrefix(fe.Field, m.prefix+".") || strings.HasPrefix(fe.Field, m.prefix+"[") {
+				key = m.key
+				break
+			}
+		}
+		if key == "" {
+			p.add(Prefix+"*", "rendered sidecar config is invalid: %s: %s", fe.Field, fe.Rule)
+			continue
+		}
+		p.add(key, "%s", fe.Rule)
+	}
+	return p
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
