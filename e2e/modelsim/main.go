@@ -1,0 +1,99 @@
+// Command modelsim is a simulated OpenAI/vLLM model server for demos, tests
+// and benchmarks of tether: a prefix cache in token blocks, prefill time for
+// uncached prompt tokens only, decode time per output token, and vLLM's
+// metric names. See package sim for the model.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/modelsim/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }() // after the first signal, a second one kills at once
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "modelsim:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends, then shuts down gracefully. It prints
+// "modelsim <id> listening on <addr>" to stdout once listening.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("modelsim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8001", "address to listen on (port 0 picks a free port)")
+	id := fs.String("id", "", "identity reported in X-Modelsim-Id and system_fingerprint (default: the listen address)")
+	model := fs.String("model", sim.DefaultModel, "served model name")
+	blockTokens := fs.Int("block-tokens", sim.DefaultBlockTokens, "prefix-cache block size in tokens")
+	cacheBlocks := fs.Int("cache-blocks", sim.DefaultCacheBlocks, "prefix-cache capacity in blocks (LRU)")
+	prefill := fs.Duration("prefill-per-token", time.Millisecond, "time per uncached prompt token")
+	decode := fs.Duration("decode-per-token", 10*time.Millisecond, "time per output token")
+	maxRunning := fs.Int("max-running", sim.DefaultMaxRunning, "requests served at once; the rest wait in FIFO order")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for name, v := range map[string]int{"block-tokens": *blockTokens, "cache-blocks": *cacheBlocks, "max-running": *maxRunning} {
+		if v < 1 {
+			return fmt.Errorf("--%s must be at least 1, got %d", name, v)
+		}
+	}
+	if *prefill < 0 || *decode < 0 {
+		return errors.New("--prefill-per-token and --decode-per-token must not be negative")
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	if *id == "" {
+		*id = addr
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil)).With("modelsim", *id)
+	s := sim.New(sim.Options{
+		ID: *id, Model: *model, BlockTokens: *blockTokens, CacheBlocks: *cacheBlocks,
+		PrefillPerToken: *prefill, DecodePerToken: *decode, MaxRunning: *maxRunning, Logger: log,
+	})
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("listening", "addr", addr, "model", *model, "block_tokens", *blockTokens, "cache_blocks", *cacheBlocks,
+		"prefill_per_token", *prefill, "decode_per_token", *decode, "max_running", *maxRunning)
+	// Tests of processes wait for this line (with --listen :0 it has the real port).
+	fmt.Fprintf(stdout, "modelsim %s listening on %s\n", *id, addr)
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown did not drain; closing", "err", err)
+		return srv.Close()
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The process prints its real address once listening, serves, and shuts
+// down when its context (the signal, in main) ends.
+func TestRunListensServesAndShutsDown(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out, outW := io.Pipe()
+	var logs strings.Builder
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--model", "m", "--prefill-per-token", "0", "--decode-per-token", "0"}, outW, &logs)
+		outW.Close()
+	}()
+
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no listening line: %v", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 5 || f[0] != "modelsim" || f[2] != "listening" || f[1] != f[4] || strings.HasSuffix(f[4], ":0") {
+		t.Fatalf("listening line %q", line)
+	}
+	addr := f[4]
+
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"a b","max_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a struct {
+		SystemFingerprint string `json:"system_fingerprint"`
+		Model             string `json:"model"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&a)
+	resp.Body.Close()
+	if err != nil || a.SystemFingerprint != addr || a.Model != "m" || resp.Header.Get("X-Modelsim-Id") != addr {
+		t.Fatalf("answer %+v %v", a, err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"completion"`) || !strings.Contains(logs.String(), `"msg":"shutting down"`) {
+		t.Fatalf("logs %s", logs.String())
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--block-tokens", "0"},
+		{"--cache-blocks", "-1"},
+		{"--max-running", "0"},
+		{"--decode-per-token", "-1ms"},
+		{"--nope"},
+		{"extra"},
+	} {
+		if err := run(t.Context(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+// Package sim is a simulated OpenAI/vLLM model server: it speaks the
+// OpenAI completions APIs, keeps a vLLM-like prefix cache of token blocks and
+// spends simulated time on prefill (uncached prompt tokens only) and decode,
+// so that tests and benchmarks of a sticky router can see cache hits, queueing
+// and time to first token without a GPU.
+//
+// Everything is per Server (metrics registry included), so many simulated
+// backends can run in one test process.
+package sim
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults applied by New to zero fields of Options.
+const (
+	DefaultBlockTokens = 16
+	DefaultCacheBlocks = 4096
+	DefaultMaxRunning  = 256 // vLLM's default max_num_seqs
+	DefaultModel       = "modelsim"
+	DefaultMaxTokens   = 16   // output tokens when the request names none
+	MaxOutputTokens    = 4096 // larger max_tokens are clamped to this
+	MaxBodyBytes       = 16 << 20
+)
+
+// Options configure a simulated server. Zero values take the defaults above.
+type Options struct {
+	// ID names this server in every response (header X-Modelsim-Id and the
+	// body's system_fingerprint) and in /sim/stats.
+	ID string
+	// BlockTokens is the prefix-cache block size in tokens (vLLM's block_size).
+	BlockTokens int
+	// CacheBlocks is the prefix-cache capacity in blocks; the least recently
+	// used blocks are evicted beyond it.
+	CacheBlocks int
+	// PrefillPerToken is the time spent per uncached prompt token.
+	PrefillPerToken time.Duration
+	// DecodePerToken is the time spent before each output token.
+	DecodePerToken time.Duration
+	// MaxRunning bounds the requests served at once; the rest wait in FIFO
+	// order and are counted by vllm:num_requests_waiting.
+	MaxRunning int
+	// Model is the served model name (responses, /v1/models, the model_name
+	// label of every metric). Requests naming another model are still served.
+	Model string
+	// Logger receives one line per finished completion request; nil discards.
+	Logger *slog.Logger
+
+	maxBody int64 // MaxBodyBytes; smaller in tests
+}
+
+func (o *Options) setDefaults() {
+	if o.BlockTokens <= 0 {
+		o.BlockTokens = DefaultBlockTokens
+	}
+	if o.CacheBlocks <= 0 {
+		o.CacheBlocks = DefaultCacheBlocks
+	}
+	if o.MaxRunning <= 0 {
+		o.MaxRunning = DefaultMaxRunning
+	}
+	if o.Model == "" {
+		o.Model = DefaultModel
+	}
+	if o.ID == "" {
+		o.ID = o.Model
+	}
+	if o.PrefillPerToken < 0 {
+		o.PrefillPerToken = 0
+	}
+	if o.DecodePerToken < 0 {
+		o.DecodePerToken = 0
+	}
+	if o.maxBody <= 0 {
+		o.maxBody = MaxBodyBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
