@@ -8,10 +8,12 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -223,9 +225,22 @@ func Parse(b []byte) (*Config, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, fmt.Errorf("config: document is empty")
 	}
-	var c Config
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+	// YAML (JSON is YAML) to JSON, refusing duplicate keys; then a
+	// case-sensitive strict decode, as Kubernetes does: encoding/json would
+	// match "Listen" or "NAME" to a field and let one silently override
+	// the other, while these are unknown fields of this schema. Strict
+	// errors name the field's path ("pools[0].sticky").
+	j, err := yaml.YAMLToJSONStrict(b)
+	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	var c Config
+	strict, err := kjson.UnmarshalStrict(j, &c)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("config: %w", errors.Join(strict...))
 	}
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {

@@ -58,11 +58,18 @@ func (c *Config) Validate() error {
 // validateSharedListeners: pools on one listener are told apart by the
 // body's "model", so each needs models and no model may be claimed twice.
 func (c *Config) validateSharedListeners(e *errs) {
+	// Listeners in order of first use, so errors come in document order
+	// (ranging over the map would shuffle them from run to run).
 	byListen := map[string][]int{}
+	var order []string
 	for i, p := range c.Pools {
+		if _, seen := byListen[p.Listen]; !seen {
+			order = append(order, p.Listen)
+		}
 		byListen[p.Listen] = append(byListen[p.Listen], i)
 	}
-	for listen, idx := range byListen {
+	for _, listen := range order {
+		idx := byListen[listen]
 		if len(idx) < 2 {
 			continue
 		}

@@ -1,0 +1,336 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pool renders one pool as a YAML flow mapping; name, sources and
+// backends get valid values unless fields set them.
+func pool(fields ...string) string {
+	has := func(prefix string) bool {
+		for _, f := range fields {
+			if strings.HasPrefix(f, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("name:") {
+		fields = append(fields, "name: p")
+	}
+	if !has("sessionSticky:") {
+		fields = append(fields, "sessionSticky: {sources: [{type: Header, name: X-Session-ID}]}")
+	}
+	if !has("backends:") {
+		fields = append(fields, `backends: {static: ["127.0.0.1:8001"]}`)
+	}
+	return "{" + strings.Join(fields, ", ") + "}"
+}
+
+// doc is a document with top-level lines and the given pools.
+func doc(top string, pools ...string) string {
+	if len(pools) == 0 {
+		pools = []string{pool()}
+	}
+	return top + "\npools:\n- " + strings.Join(pools, "\n- ") + "\n"
+}
+
+func TestExampleParses(t *testing.T) {
+	c, err := Load(filepath.Join("testdata", "example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Pools[0]
+	if p.Name != "default/deepseek-r1" || p.SessionSticky.TTL() != 300*time.Second || len(p.SessionSticky.Sources) != 4 ||
+		p.SessionSticky.Sources[3] != (Source{Type: SourceJWTClaim, Name: "sub"}) || len(p.Backends.Static) != 2 ||
+		c.JWT == nil || c.JWT.Algorithms[0] != "HS256" || c.Store.Memory.MaxEntries != 1_000_000 {
+		t.Fatalf("example parsed as %+v", c)
+	}
+}
+
+// TestREADMEExamples parses every complete configuration (a yaml block
+// with pools) in the README, so the documented contract cannot drift.
+func TestREADMEExamples(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatalf("README.md: %v (the README documents the configuration; this test checks its examples)", err)
+	}
+	blocks := regexp.MustCompile("(?s)```ya?ml\n(.*?)```").FindAllSubmatch(b, -1)
+	n := 0
+	for _, m := range blocks {
+		if !regexp.MustCompile(`(?m)^pools:`).Match(m[1]) {
+			continue // a fragment, not a whole document
+		}
+		n++
+		if _, err := Parse(m[1]); err != nil {
+			t.Errorf("README yaml block %d does not parse: %v\n%s", n, err, m[1])
+		}
+	}
+	if n == 0 {
+		t.Fatal("README.md has no complete configuration example (a ```yaml block with top-level pools:)")
+	}
+}
+
+func TestJSONInput(t *testing.T) {
+	y, err := Load(filepath.Join("testdata", "example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Parse([]byte(`{
+	  "listen": "127.0.0.1:15001", "admin": "127.0.0.1:15020",
+	  "store": {"backend": "memory", "memory": {"maxEntries": 1000000}},
+	  "jwt": {"hmacSecretFile": "/path/secret", "algorithms": ["HS256"], "issuer": "", "audience": ""},
+	  "pools": [{
+	    "name": "default/deepseek-r1", "listen": "127.0.0.1:15001", "models": [],
+	    "sessionSticky": {"sessionAffinitySeconds": 300, "sources": [
+	      {"type": "Header", "name": "X-Session-ID"}, {"type": "Query", "name": "session_id"},
+	      {"type": "Cookie", "name": "session_sid"}, {"type": "JWTClaim", "name": "sub"}]},
+	    "backends": {"static": ["127.0.0.1:8001", "127.0.0.1:8002"]}
+	  }]
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(y, j) {
+		t.Fatalf("JSON and YAML differ:\n%+v\n%+v", y, j)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte(doc("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Listen: DefaultListen,
+		Admin:  DefaultAdmin,
+		Store:  Store{Backend: StoreMemory, Memory: MemoryStore{MaxEntries: DefaultMaxEntries}},
+		Proxy: Proxy{
+			MaxRequestBodyBytes:   DefaultMaxRequestBodyBytes,
+			MaxRequestHeaderBytes: DefaultMaxRequestHeaderBytes,
+			FailTimeout:           Duration{DefaultFailTimeout},
+			DialTimeout:           Duration{DefaultDialTimeout},
+			ShutdownTimeout:       Duration{DefaultShutdownTimeout},
+		},
+		Pools: []Pool{{
+			Name:          "p",
+			Listen:        DefaultListen,
+			SessionSticky: SessionSticky{SessionAffinitySeconds: DefaultSessionAffinitySeconds, Sources: []Source{{Type: SourceHeader, Name: "X-Session-ID"}}},
+			Backends:      Backends{Static: []string{"127.0.0.1:8001"}},
+			Affinity:      Affinity{Mode: AffinityHard, MaxWaiting: DefaultMaxWaiting, LoadMargin: DefaultLoadMargin},
+		}},
+	}
+	if !reflect.DeepEqual(*c, want) {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", *c, want)
+	}
+
+	// A pool inherits the top-level listen; a store backend chosen without
+	// its block gets the block's defaults; PD pools get the prefill header.
+	c, err = Parse([]byte(doc("listen: 127.0.0.1:9000\nstore: {backend: gossip}",
+		pool(`backends: {prefill: {selector: role=prefill, port: 8000}, decode: {selector: role=decode, port: 8000}}`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pools[0].Listen != "127.0.0.1:9000" {
+		t.Errorf("pool listen = %q", c.Pools[0].Listen)
+	}
+	if g := c.Store.Gossip; g == nil || g.Bind != DefaultGossipBind || g.Discovery != PeersStatic || g.MaxEntries != DefaultMaxEntries {
+		t.Errorf("gossip defaults = %+v", g)
+	}
+	if h := c.Pools[0].Backends.PrefillHeader; h != DefaultPrefillHeader {
+		t.Errorf("prefillHeader = %q", h)
+	}
+	c, err = Parse([]byte(doc("store: {backend: redis, redis: {address: 127.0.0.1:6379}}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Store.Redis; r.Timeout.Duration != DefaultRedisTimeout || r.KeyPrefix != DefaultRedisKeyPrefix {
+		t.Errorf("redis defaults = %+v", r)
+	}
+
+	// Set values are kept, and SetDefaults is idempotent.
+	c, err = Parse([]byte(doc("proxy: {failTimeout: 250ms}", pool("sessionSticky: {sessionAffinitySeconds: 1, sources: [{type: Query, name: s}]}", "affinity: {mode: soft}"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Proxy.FailTimeout.Duration != 250*time.Millisecond || c.Pools[0].SessionSticky.TTL() != time.Second || c.Pools[0].Affinity.Mode != AffinitySoft {
+		t.Errorf("set values lost: %+v", c)
+	}
+	again := *c
+	again.Pools = append([]Pool(nil), c.Pools...)
+	again.SetDefaults()
+	if !reflect.DeepEqual(&again, c) {
+		t.Error("SetDefaults is not idempotent")
+	}
+}
+
+func TestStrictDecoding(t *testing.T) {
+	cases := []struct{ name, doc, want string }{
+		{"unknown top-level field", doc("lissen: 127.0.0.1:1"), `unknown field "lissen"`},
+		{"unknown pool field", doc("", pool("sticky: true")), `unknown field "pools[0].sticky"`},
+		{"unknown source field", doc("", pool("sessionSticky: {sources: [{type: Header, name: X, value: y}]}")), `unknown field "pools[0].sessionSticky.sources[0].value"`},
+		{"unknown jwt field", doc("jwt: {algorithms: [HS256], hmacSecretFile: s, secret: x}"), `unknown field "jwt.secret"`},
+		{"field name case", doc("Listen: 127.0.0.1:1"), `unknown field "Listen"`},
+		{"nested field name case", doc("", pool("Name: q")), `unknown field "pools[0].Name"`},
+		{"duplicate key", "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n" + doc(""), `"listen" already set`},
+		{"wrong type", doc("store: {memory: {maxEntries: many}}"), "maxEntries"},
+		{"duration as number", doc("proxy: {failTimeout: 5}"), `duration must be a string such as "50ms" or "5m"`},
+		{"bad duration", doc("proxy: {failTimeout: soon}"), `invalid duration "soon"`},
+		{"not a mapping", "- a\n- b\n", "cannot unmarshal array"},
+		{"empty", "", "config: document is empty"},
+		{"blank", " \n\t\n", "config: document is empty"},
+		{"too large", doc("# " + strings.Repeat("x", MaxConfigBytes)), "config: document is"},
+		{"invalid UTF-8", doc("admin: \"\xff\""), "config: "},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.HasPrefix(err.Error(), "config: open ") {
+		t.Fatalf("Load of a missing file: %v", err)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	seventeen := strings.Repeat("{type: Query, name: q}, ", 16) + "{type: Query, name: q}"
+	static2 := func(a, b string) string { return `backends: {static: ["` + a + `", "` + b + `"]}` }
+	cases := []struct{ name, doc, want string }{
+		{"listen", doc("listen: nohost"), `listen: must be host:port, got "nohost"`},
+		{"listen port", doc("listen: 127.0.0.1:70000"), `listen: port must be 0..65535, got "70000"`},
+		{"admin", doc("admin: 127.0.0.1"), `admin: must be host:port, got "127.0.0.1"`},
+		{"store backend", doc("store: {backend: etcd}"), `store.backend: unknown backend "etcd" (want memory, gossip or redis)`},
+		{"memory maxEntries", doc("store: {memory: {maxEntries: -1}}"), `store.memory.maxEntries: must be at least 1, got -1`},
+		{"redis address", doc("store: {backend: redis}"), `store.redis.address: required (or addresses for Cluster and Sentinel)`},
+		{"redis both", doc("store: {backend: redis, redis: {address: a:1, addresses: [b:1]}}"), `store.redis.address: set address or addresses, not both`},
+		{"redis address form", doc("store: {backend: redis, redis: {address: redis}}"), `store.redis.address: must be host:port, got "redis"`},
+		{"redis addresses form", doc("store: {backend: redis, redis: {addresses: [a:1, b]}}"), `store.redis.addresses[1]: must be host:port, got "b"`},
+		{"redis db", doc("store: {backend: redis, redis: {address: a:1, db: -1}}"), `store.redis.db: must be 0 or more, got -1`},
+		{"redis cluster db", doc("store: {backend: redis, redis: {addresses: [a:1, b:1], db: 2}}"), `store.redis.db: Redis Cluster has only db 0, got 2`},
+		{"redis timeout", doc("store: {backend: redis, redis: {address: a:1, timeout: -1s}}"), `store.redis.timeout: must be positive, got -1s`},
+		{"redis keyPrefix", doc("store: {backend: redis, redis: {address: a:1, keyPrefix: \"a{b}\"}}"), `store.redis.keyPrefix: must be non-empty without spaces or braces, got "a{b}"`},
+		{"gossip bind", doc("store: {backend: gossip, gossip: {bind: x}}"), `store.gossip.bind: must be host:port, got "x"`},
+		{"gossip advertise", doc("store: {backend: gossip, gossip: {advertise: not-an-ip}}"), `store.gossip.advertise: must be an IP address or IP:port, got "not-an-ip"`},
+		{"gossip join", doc("store: {backend: gossip, gossip: {join: [a:1, b]}}"), `store.gossip.join[1]: must be host:port, got "b"`},
+		{"gossip discovery", doc("store: {backend: gossip, gossip: {discovery: consul}}"), `store.gossip.discovery: unknown discovery "consul" (want static, kubernetes or dns)`},
+		{"gossip kubernetes selector", doc("store: {backend: gossip, gossip: {discovery: kubernetes}}"), `store.gossip.peerSelector: required when discovery is kubernetes`},
+		{"gossip selector syntax", doc("store: {backend: gossip, gossip: {discovery: kubernetes, peerSelector: \"a in (\"}}"), `store.gossip.peerSelector: invalid label selector`},
+		{"gossip dns", doc("store: {backend: gossip, gossip: {discovery: dns}}"), `store.gossip.dnsName: required when discovery is dns`},
+		{"gossip maxEntries", doc("store: {backend: gossip, gossip: {maxEntries: -3}}"), `store.gossip.maxEntries: must be at least 1, got -3`},
+		{"jwt algorithms", doc("jwt: {hmacSecretFile: s}"), `jwt.algorithms: at least one algorithm is required`},
+		{"jwt none", doc("jwt: {hmacSecretFile: s, algorithms: [HS256, none]}"), `jwt.algorithms[1]: unsupported algorithm "none"`},
+		{"jwt algorithm case", doc("jwt: {hmacSecretFile: s, algorithms: [hs256]}"), `jwt.algorithms[0]: unsupported algorithm "hs256"`},
+		{"jwt hmac secret", doc("jwt: {algorithms: [HS256]}"), `jwt.hmacSecretFile: required by the HMAC algorithms in jwt.algorithms`},
+		{"jwt public keys", doc("jwt: {algorithms: [RS256]}"), `jwt.publicKeyFiles: publicKeyFiles or jwksFile is required by the public-key algorithms`},
+		{"proxy body", doc("proxy: {maxRequestBodyBytes: -1}"), `proxy.maxRequestBodyBytes: must be at least 1, got -1`},
+		{"proxy header", doc("proxy: {maxRequestHeaderBytes: 100}"), `proxy.maxRequestHeaderBytes: must be at least 1024, got 100`},
+		{"proxy failTimeout", doc("proxy: {failTimeout: -1s}"), `proxy.failTimeout: must be positive, got -1s`},
+		{"proxy dialTimeout", doc("proxy: {dialTimeout: -5ms}"), `proxy.dialTimeout: must be positive, got -5ms`},
+		{"proxy responseHeaderTimeout", doc("proxy: {responseHeaderTimeout: -1s}"), `proxy.responseHeaderTimeout: must not be negative, got -1s`},
+		{"no pools", "listen: 127.0.0.1:1\n", `pools: at least one pool is required`},
+		{"empty pools", "pools: []\n", `pools: at least one pool is required`},
+		{"pool name", doc("", pool(`name: ""`)), `pools[0].name: required`},
+		{"duplicate pool", doc("", pool("models: [a]"), pool("models: [b]")), `pools[1].name: duplicate pool name "p" (also pools[0])`},
+		{"pool listen", doc("", pool("listen: ':x'")), `pools[0].listen: port must be 0..65535, got "x"`},
+		{"ttl", doc("", pool("sessionSticky: {sessionAffinitySeconds: -1, sources: [{type: Query, name: s}]}")), `pools[0].sessionSticky.sessionAffinitySeconds: must be at least 1, got -1`},
+		{"no sources", doc("", pool("sessionSticky: {sources: []}")), `pools[0].sessionSticky.sources: at least one source is required`},
+		{"sources absent", doc("", pool("sessionSticky: {sessionAffinitySeconds: 5}")), `pools[0].sessionSticky.sources: at least one source is required`},
+		{"too many sources", doc("", pool("sessionSticky: {sources: ["+seventeen+"]}")), `pools[0].sessionSticky.sources: at most 16 sources are allowed, got 17`},
+		{"source type", doc("", pool("sessionSticky: {sources: [{type: Header, name: A}, {type: Heder, name: X}]}")), `pools[0].sessionSticky.sources[1].type: unknown source type "Heder" (want Header, Query, Cookie or JWTClaim)`},
+		{"source type case", doc("", pool("sessionSticky: {sources: [{type: header, name: X}]}")), `pools[0].sessionSticky.sources[0].type: unknown source type "header"`},
+		{"source name", doc("", pool("sessionSticky: {sources: [{type: Cookie}]}")), `pools[0].sessionSticky.sources[0].name: required for a Cookie source`},
+		{"header name", doc("", pool("sessionSticky: {sources: [{type: Header, name: X Session}]}")), `pools[0].sessionSticky.sources[0].name: "X Session" is not a valid HTTP header name`},
+		{"cookie name", doc("", pool("sessionSticky: {sources: [{type: Cookie, name: \"a;b\"}]}")), `pools[0].sessionSticky.sources[0].name: "a;b" is not a valid cookie name`},
+		{"JWTClaim without jwt", doc("", pool("sessionSticky: {sources: [{type: JWTClaim, name: sub}]}")), `pools[0].sessionSticky.sources[0].type: a JWTClaim source needs the jwt block`},
+		{"no backends", doc("", pool("backends: {}")), `pools[0].backends: exactly one of static, kubernetes or prefill+decode is required`},
+		{"two kinds of backends", doc("", pool(`backends: {static: ["a:1"], kubernetes: {selector: app=m, port: 80}}`)), `pools[0].backends: exactly one of static, kubernetes or prefill+decode is required`},
+		{"static form", doc("", pool(static2("127.0.0.1:8001", "localhost"))), `pools[0].backends.static[1]: must be host:port, got "localhost"`},
+		{"static duplicate", doc("", pool(static2("127.0.0.1:8001", "127.0.0.1:8001"))), `pools[0].backends.static[1]: duplicate backend "127.0.0.1:8001"`},
+		{"kubernetes selector", doc("", pool("backends: {kubernetes: {port: 80}}")), `pools[0].backends.kubernetes.selector: required`},
+		{"kubernetes selector syntax", doc("", pool("backends: {kubernetes: {selector: '!!', port: 80}}")), `pools[0].backends.kubernetes.selector: invalid label selector`},
+		{"kubernetes port", doc("", pool("backends: {kubernetes: {selector: app=m}}")), `pools[0].backends.kubernetes.port: port or portName is required`},
+		{"kubernetes port and name", doc("", pool("backends: {kubernetes: {selector: app=m, port: 80, portName: http}}")), `pools[0].backends.kubernetes.port: set port or portName, not both`},
+		{"kubernetes port range", doc("", pool("backends: {kubernetes: {selector: app=m, port: 70000}}")), `pools[0].backends.kubernetes.port: must be 1..65535, got 70000`},
+		{"PD half", doc("", pool("backends: {prefill: {selector: r=p, port: 80}}")), `pools[0].backends: a PD pool needs both prefill and decode`},
+		{"PD decode selector", doc("", pool("backends: {prefill: {selector: r=p, port: 80}, decode: {port: 80}}")), `pools[0].backends.decode.selector: required`},
+		{"PD header", doc("", pool("backends: {prefill: {selector: r=p, port: 80}, decode: {selector: r=d, port: 80}, prefillHeader: \"a b\"}")), `pools[0].backends.prefillHeader: "a b" is not a valid HTTP header name`},
+		{"affinity mode", doc("", pool("affinity: {mode: medium}")), `pools[0].affinity.mode: unknown mode "medium" (want hard or soft)`},
+		{"affinity maxWaiting", doc("", pool("affinity: {maxWaiting: -1}")), `pools[0].affinity.maxWaiting: must be 0 or more, got -1`},
+		{"affinity loadMargin", doc("", pool("affinity: {loadMargin: -2}")), `pools[0].affinity.loadMargin: must be 0 or more, got -2`},
+		{"shared listen needs models", doc("", pool("name: a"), pool("name: b", "models: [m]")), `pools[0].models: required when several pools share listen 127.0.0.1:15001`},
+		{"model served twice", doc("", pool("name: a", "models: [m1, m2]"), pool("name: b", "models: [m2]")), `pools[1].models: model "m2" is also served by pools[0] on listen 127.0.0.1:15001`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse error = %v\nwant it to contain %q\ndocument:\n%s", err, tc.want, tc.doc)
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v holds no *FieldError", err)
+			}
+		})
+	}
+}
+
+// TestValidationAllErrors: every problem is reported at once, in document
+// order, each as a *FieldError.
+func TestValidationAllErrors(t *testing.T) {
+	_, err := Parse([]byte(doc("listen: x\nstore: {backend: etcd}",
+		pool("name: a", "sessionSticky: {sources: [{type: Heder, name: X}]}"),
+		pool("name: b", "backends: {}"),
+		pool("name: c", "listen: 127.0.0.1:2", "models: [m]"),
+		pool("name: d", "listen: 127.0.0.1:2"),
+	)))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is not a *FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	// Pools a and b inherit the bad listen and share it, so both need models.
+	want := []string{"listen", "store.backend", "pools[0].listen", "pools[0].sessionSticky.sources[0].type",
+		"pools[1].listen", "pools[1].backends", "pools[0].models", "pools[1].models", "pools[3].models"}
+	if !reflect.DeepEqual(fields, want) {
+		t.Fatalf("fields = %q\nwant %q", fields, want)
+	}
+}
+
+func TestValidateSourcesPrefix(t *testing.T) {
+	var got []string
+	ValidateSources(func(suffix, format string, a ...any) {
+		got = append(got, "tether.dev/sources"+suffix)
+	}, []Source{{Type: "Header", Name: "ok"}, {Type: "Nope", Name: "x"}, {Type: "JWTClaim", Name: "sub"}}, false)
+	want := []string{"tether.dev/sources[1].type", "tether.dev/sources[2].type"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestDurationJSON(t *testing.T) {
+	b, err := json.Marshal(Proxy{FailTimeout: Duration{1500 * time.Millisecond}})
+	if err != nil || !strings.Contains(string(b), `"failTimeout":"1.5s"`) {
+		t.Fatalf("Marshal = %s, %v", b, err)
+	}
+	var p Proxy
+	if err := json.Unmarshal(b, &p); err != nil || p.FailTimeout.Duration != 1500*time.Millisecond {
+		t.Fatalf("Unmarshal = %+v, %v", p, err)
+	}
+}
