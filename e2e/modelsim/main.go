@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cacheBlocks := fs.Int("cache-blocks", sim.DefaultCacheBlocks, "prefix-cache capacity in blocks (LRU)")
 	prefill := fs.Duration("prefill-per-token", time.Millisecond, "time per uncached prompt token")
 	decode := fs.Duration("decode-per-token", 10*time.Millisecond, "time per output token")
+	drain := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are cut")
 	maxRunning := fs.Int("max-running", sim.DefaultMaxRunning, "requests served at once; the rest wait in FIFO order")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -57,8 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--%s must be at least 1, got %d", name, v)
 		}
 	}
-	if *prefill < 0 || *decode < 0 {
-		return errors.New("--prefill-per-token and --decode-per-token must not be negative")
+	if *prefill < 0 || *decode < 0 || *drain < 0 {
+		return errors.New("--prefill-per-token, --decode-per-token and --shutdown-timeout must not be negative")
 	}
 
 	ln, err := net.Listen("tcp", *listen)
@@ -74,12 +75,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ID: *id, Model: *model, BlockTokens: *blockTokens, CacheBlocks: *cacheBlocks,
 		PrefillPerToken: *prefill, DecodePerToken: *decode, MaxRunning: *maxRunning, Logger: log,
 	})
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	// No write timeout: streams last as long as their tokens take.
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening", "addr", addr, "model", *model, "block_tokens", *blockTokens, "cache_blocks", *cacheBlocks,
-		"prefill_per_token", *prefill, "decode_per_token", *decode, "max_running", *maxRunning)
+		"prefill_per_token", prefill.String(), "decode_per_token", decode.String(), "max_running", *maxRunning)
 	// Tests of processes wait for this line (with --listen :0 it has the real port).
 	fmt.Fprintf(stdout, "modelsim %s listening on %s\n", *id, addr)
 
@@ -89,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("shutdown did not drain; closing", "err", err)

@@ -75,3 +75,39 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// A stream still open when the drain time is over is cut, so that shutdown
+// never hangs on a long generation.
+func TestShutdownCutsStreamsAfterDrainTime(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--id", "x", "--prefill-per-token", "0",
+			"--decode-per-token", "1h", "--shutdown-timeout", "10ms"}, outW, io.Discard)
+		outW.Close()
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.Fields(line)[4]
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"a","max_tokens":2,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if first, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(first, "data: {") {
+		t.Fatalf("first event %q %v", first, err)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if _, err := io.ReadAll(r); err == nil {
+		t.Fatal("the cut stream ended cleanly")
+	}
+}

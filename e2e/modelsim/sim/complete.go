@@ -63,8 +63,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind Kind) {
 // tokens' time, and then caches the prompt's full blocks.
 func (s *Server) prefill(ctx context.Context, run *run) {
 	n, bt := len(run.req.Tokens), s.opts.BlockTokens
+	hs := s.cache.hashes(run.req.Tokens, bt) // reads only the immutable seed: no lock
 	s.mu.Lock()
-	hs := s.cache.hashes(run.req.Tokens, bt)
 	// As in vLLM, the last prompt token is always computed (its logits give
 	// the first output token), so a full hit stops one block short.
 	run.cached = s.cache.match(hs, (n-1)/bt) * bt

@@ -59,6 +59,10 @@ type contentPart struct {
 func ParseRequest(body []byte, kind Kind) (*Request, error) {
 	var w wire
 	if err := json.Unmarshal(body, &w); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			// Name the field, not modelsim's Go types.
+			return nil, fmt.Errorf("%s: wrong type (JSON %s)", te.Field, te.Value)
+		}
 		return nil, fmt.Errorf("invalid JSON body: %w", err)
 	}
 	r := &Request{Model: w.Model, Stream: w.Stream, MaxTokens: DefaultMaxTokens}

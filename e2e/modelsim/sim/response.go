@@ -44,9 +44,11 @@ func (run *run) log(r *http.Request, arrived time.Time, ctxErr error) {
 	run.s.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "completion",
 		slog.String("id", run.id), slog.String("path", r.URL.Path), slog.Bool("stream", run.req.Stream),
 		slog.Int("prompt_tokens", len(run.req.Tokens)), slog.Int("cached_tokens", run.cached),
-		slog.Int("completion_tokens", run.generated), slog.Duration("queued", queued),
-		slog.Duration("duration", time.Since(arrived)), slog.Bool("canceled", ctxErr != nil))
+		slog.Int("completion_tokens", run.generated), slog.Float64("queued_ms", ms(queued)),
+		slog.Float64("duration_ms", ms(time.Since(arrived))), slog.Bool("canceled", ctxErr != nil))
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // vocabulary of the generated text. The output is a deterministic function
 // of the prompt, so two servers answer a prompt with the same words.
