@@ -75,6 +75,32 @@ func StartSentinel(t testing.TB, masterName string, master *Server) *Server {
 	}
 }
 
+// StartCluster runs a one-node Redis Cluster that owns every slot: a
+// real Cluster endpoint (CLUSTER SLOTS, MOVED-aware clients) without the
+// cost of six processes.
+func StartCluster(t testing.TB) *Server {
+	t.Helper()
+	s := newServer(t, "redis-server", []string{
+		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-announce-ip", "127.0.0.1",
+	})
+	s.startFresh()
+	if _, err := s.Do("CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
+		t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := s.Do("CLUSTER", "INFO")
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: cluster on %s not ok: %q %v", s.Addr, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func newServer(t testing.TB, name string, args []string) *Server {
 	t.Helper()
 	bin, err := exec.LookPath(name)
@@ -121,6 +147,10 @@ func (s *Server) start() error {
 	cmd := exec.Command(s.bin, args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, so Kill also ends the children redis-server
+	// forks (an RDB child for a replica's sync), which would otherwise
+	// hold the output pipe open and outlive the test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -167,8 +197,9 @@ func (s *Server) killLocked() {
 	if s.cmd == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused process must be able to die
-	_ = s.cmd.Process.Kill()
+	pid := s.cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGCONT) // a paused process must be able to die
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	exited := s.exited
 	s.mu.Unlock()
 	<-exited
