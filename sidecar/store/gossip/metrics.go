@@ -1,0 +1,78 @@
+package gossip
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	msgsSent, bytesSent *prometheus.CounterVec // by kind
+	msgsRecv, bytesRecv *prometheus.CounterVec // by kind
+	decodeErrors        prometheus.Counter
+	conflicts           *prometheus.CounterVec // by result: replaced | kept
+	chunks              *prometheus.CounterVec // by direction: sent | received
+	transfers           *prometheus.CounterVec // by result: complete | retry | gave_up
+	dropped             *prometheus.CounterVec // by reason
+	expired             prometheus.Counter
+	joins               *prometheus.CounterVec // by result: ok | error
+}
+
+// newMetrics registers the store's metrics on reg (nil: unregistered, for
+// tests that run several stores in one process). members and bindings are
+// read at scrape time.
+func newMetrics(reg prometheus.Registerer, members, bindings, evicted func() float64) *metrics {
+	const ns = "tether_gossip_"
+	m := &metrics{
+		msgsSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "messages_sent_total", Help: "Gossip store messages sent, by kind (each copy to each member counts).",
+		}, []string{"kind"}),
+		bytesSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "bytes_sent_total", Help: "Payload bytes of gossip store messages sent, by kind (before memberlist's encryption and compression).",
+		}, []string{"kind"}),
+		msgsRecv: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "messages_received_total", Help: "Gossip store messages received, by kind.",
+		}, []string{"kind"}),
+		bytesRecv: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "bytes_received_total", Help: "Payload bytes of gossip store messages received, by kind.",
+		}, []string{"kind"}),
+		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: ns + "decode_errors_total", Help: "Messages from peers that could not be decoded and were dropped.",
+		}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "merge_conflicts_total", Help: "Remote bindings that differed from the local one: replaced (the remote won) or kept (the local won and was sent back).",
+		}, []string{"result"}),
+		chunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "state_transfer_chunks_total", Help: "State-transfer chunks, by direction.",
+		}, []string{"direction"}),
+		transfers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "state_transfers_total", Help: "State transfers this replica pulled, by result.",
+		}, []string{"result"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "dropped_total", Help: "Outgoing work dropped because a bounded queue was full, by reason (gossip repairs it).",
+		}, []string{"reason"}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: ns + "bindings_expired_total", Help: "Bindings dropped by the sweep after their TTL passed on this replica's clock.",
+		}),
+		joins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ns + "join_attempts_total", Help: "Attempts to join peers from discovery, by result.",
+		}, []string{"result"}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.decodeErrors,
+		m.conflicts, m.chunks, m.transfers, m.dropped, m.expired, m.joins,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: ns + "members", Help: "Live members of the gossip ring, this replica included.",
+		}, members),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: ns + "bindings", Help: "Bindings held by this replica (tombstones excluded).",
+		}, bindings),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: ns + "evictions_total", Help: "Bindings evicted because the store reached maxEntries.",
+		}, evicted),
+	)
+	return m
+}
+
+func (m *metrics) sent(kind string, msgs, bytes int) {
+	m.msgsSent.WithLabelValues(kind).Add(float64(msgs))
+	m.bytesSent.WithLabelValues(kind).Add(float64(bytes))
+}

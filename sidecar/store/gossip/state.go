@@ -1,0 +1,392 @@
+package gossip
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// The local state: a bounded map from key to entry, split into shards so
+// that a sweep or a state transfer never holds one lock over a million
+// entries, and so that lookups on different sessions rarely contend.
+//
+// An entry is 40 bytes plus its 16-byte key: backend IDs are interned per
+// shard (a uint32 instead of a string header), times are unix ms, and the
+// refresh bookkeeping is one uint32 and a flag bit.
+
+const (
+	flagTomb  = 1 << iota // the binding was deleted (compare-and-delete)
+	flagDirty             // the key waits in shard.dirty for a refresh announcement
+)
+
+// announceTick is the resolution of entry.announced.
+const announceTick = 100 // ms
+
+// maxShards bounds the shard count; minShardEntries keeps small stores
+// (tests, tiny maxEntries) in one shard so the bound stays exact.
+const (
+	maxShards       = 64
+	minShardEntries = 4096
+	evictSample     = 8
+)
+
+type entry struct {
+	gen     uint64
+	created int64 // unix ms
+	expires int64 // unix ms, local clock
+	pod     uint32
+	prefill uint32
+	// announced is the expiry the ring last heard for this binding, in
+	// announceTick units since state.epoch: a refresh is announced again
+	// only once the local expiry runs a quarter TTL ahead of it.
+	announced uint32
+	flags     uint8
+}
+
+type shard struct {
+	mu    sync.Mutex
+	m     map[key]entry
+	names interner
+	limit int
+	dirty []key
+}
+
+type state struct {
+	shards  []shard
+	mask    uint16
+	epoch   int64 // unix ms; origin of entry.announced
+	live    atomic.Int64
+	evicted atomic.Uint64
+}
+
+// pair is a key with a copy of its value, handed out of the locks.
+type pair struct {
+	k key
+	v value
+}
+
+func newState(maxEntries int, epoch int64) *state {
+	n := 1
+	for n < maxShards && maxEntries/(2*n) >= minShardEntries {
+		n *= 2
+	}
+	s := &state{shards: make([]shard, n), mask: uint16(n - 1), epoch: epoch}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.m = make(map[key]entry)
+		sh.names = newInterner()
+		sh.limit = maxEntries / n
+		if i < maxEntries%n {
+			sh.limit++
+		}
+		sh.limit = max(sh.limit, 1)
+	}
+	return s
+}
+
+func (s *state) shard(k key) *shard {
+	return &s.shards[(uint16(k[0])<<8|uint16(k[1]))&s.mask]
+}
+
+func (s *state) ticks(ms int64) uint32 {
+	t := (ms - s.epoch) / announceTick
+	return uint32(min(max(t, 0), math.MaxUint32))
+}
+
+func (s *state) fromTicks(t uint32) int64 { return s.epoch + int64(t)*announceTick }
+
+// lookup returns k's live binding; with refresh it slides the expiry to
+// now+ttl and queues a refresh announcement when the ring's view of the
+// expiry has fallen a quarter TTL behind.
+func (s *state) lookup(k key, now, ttl int64, refresh bool) (value, bool) {
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[k]
+	if !ok || e.flags&flagTomb != 0 || e.expires <= now {
+		return value{}, false
+	}
+	if refresh {
+		e.expires = max(e.expires, now+ttl)
+		if e.flags&flagDirty == 0 && e.expires-s.fromTicks(e.announced) >= ttl/4 {
+			e.flags |= flagDirty
+			sh.dirty = append(sh.dirty, k)
+		}
+		sh.m[k] = e
+	}
+	return sh.value(e), true
+}
+
+// create commits v (expiring at now+ttl) unless k has a live binding, which
+// it returns instead. Over a tombstone of generation g, v takes at least
+// generation g+1: a creation after a delete must supersede the deleted
+// binding on every replica, or the tombstone would win the merge.
+func (s *state) create(k key, v value, now, ttl int64) (value, bool) {
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[k]
+	if ok && e.flags&flagTomb == 0 && e.expires > now {
+		return sh.value(e), false
+	}
+	if ok && e.flags&flagTomb != 0 && e.gen >= v.Gen {
+		v.Gen = e.gen + 1
+	}
+	v.Tomb = false
+	v.Expires = now + ttl
+	s.put(sh, k, v, now)
+	return v, true
+}
+
+// compareAndDelete turns k's live binding into a tombstone if it still is
+// (gen, pod, prefill). The tombstone outlives every copy of the binding the
+// ring may still hold: twice the binding's remaining TTL plus grace.
+func (s *state) compareAndDelete(k key, gen uint64, pod, prefill string, now, grace int64) (value, bool) {
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[k]
+	if !ok || e.flags&flagTomb != 0 || e.expires <= now || e.gen != gen ||
+		sh.names.name(e.pod) != pod || sh.names.name(e.prefill) != prefill {
+		return value{}, false
+	}
+	e.flags = flagTomb
+	e.expires = now + 2*(e.expires-now) + grace
+	e.announced = s.ticks(e.expires)
+	sh.m[k] = e
+	s.live.Add(-1)
+	return sh.value(e), true
+}
+
+// applyResult says what merging a remote value did.
+type applyResult uint8
+
+const (
+	applyStale    applyResult = iota // expired, or nothing newer than what is held
+	applyExtended                    // same binding, later expiry taken
+	applyAdopted                     // nothing live was held; the value was taken
+	applyReplaced                    // the value beat a different binding (a conflict)
+	applyRejected                    // the held binding beat the value (a conflict)
+)
+
+// apply merges a remote value into k. On applyRejected it also returns the
+// winner held here, for a read-repair reply to the sender.
+func (s *state) apply(k key, in value, now int64) (applyResult, value) {
+	if in.Expires <= now {
+		return applyStale, value{}
+	}
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[k]
+	if !ok || e.expires <= now {
+		s.put(sh, k, in, now)
+		return applyAdopted, value{}
+	}
+	cur := sh.value(e)
+	switch c := compareIdentity(in, cur); {
+	case c > 0:
+		s.put(sh, k, in, now)
+		return applyReplaced, value{}
+	case c < 0:
+		return applyRejected, cur
+	}
+	if in.Expires <= e.expires {
+		return applyStale, value{}
+	}
+	e.expires = in.Expires
+	e.announced = max(e.announced, s.ticks(in.Expires))
+	sh.m[k] = e
+	return applyExtended, value{}
+}
+
+// put stores v under k, replacing whatever is there (the caller holds the
+// lock and has decided v wins) and evicting when the shard is full. The
+// ring already knows v's expiry (v was just broadcast or received).
+func (s *state) put(sh *shard, k key, v value, now int64) {
+	if old, ok := sh.m[k]; ok {
+		sh.drop(old)
+		if old.flags&flagTomb == 0 {
+			s.live.Add(-1)
+		}
+	} else if len(sh.m) >= sh.limit {
+		s.evict(sh)
+	}
+	e := entry{
+		gen:       v.Gen,
+		created:   v.Created,
+		expires:   v.Expires,
+		pod:       sh.names.intern(v.Pod),
+		prefill:   sh.names.intern(v.Prefill),
+		announced: s.ticks(v.Expires),
+	}
+	if v.Tomb {
+		e.flags = flagTomb
+	} else {
+		s.live.Add(1)
+	}
+	sh.m[k] = e
+}
+
+// evict removes the entry that expires first among a few sampled ones
+// (Go map iteration starts at a random slot): an approximate LRU, since a
+// sliding expiry is last use plus TTL, without a list through every entry.
+// Expired entries and tombstones near their end go first.
+func (s *state) evict(sh *shard) {
+	var (
+		victim key
+		best   entry
+		n      int
+	)
+	for k, e := range sh.m {
+		if n == 0 || e.expires < best.expires {
+			victim, best = k, e
+		}
+		if n++; n == evictSample {
+			break
+		}
+	}
+	if n == 0 {
+		return
+	}
+	delete(sh.m, victim)
+	sh.drop(best)
+	if best.flags&flagTomb == 0 {
+		s.live.Add(-1)
+	}
+	s.evicted.Add(1)
+}
+
+// sweep drops every entry whose expiry has passed on this replica's clock,
+// one shard lock at a time. It returns how many live bindings expired.
+func (s *state) sweep(now int64) (expired int) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expires > now {
+				continue
+			}
+			delete(sh.m, k)
+			sh.drop(e)
+			if e.flags&flagTomb == 0 {
+				s.live.Add(-1)
+				expired++
+			}
+		}
+		if len(sh.m) == 0 && cap(sh.dirty) > 1024 {
+			sh.dirty = nil
+		}
+		sh.mu.Unlock()
+	}
+	return expired
+}
+
+// takeDirty returns the live bindings whose refreshed expiry the ring has
+// not heard yet, and marks that expiry as announced.
+func (s *state) takeDirty(now int64) []pair {
+	var out []pair
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, k := range sh.dirty {
+			e, ok := sh.m[k]
+			if !ok || e.flags&flagDirty == 0 {
+				continue
+			}
+			e.flags &^= flagDirty
+			if e.flags&flagTomb == 0 && e.expires > now {
+				e.announced = s.ticks(e.expires)
+				out = append(out, pair{k, sh.value(e)})
+			}
+			sh.m[k] = e
+		}
+		sh.dirty = sh.dirty[:0]
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// snapshot copies shard i's unexpired entries, tombstones included (a
+// joining replica must learn deletes too).
+func (s *state) snapshot(i int, now int64) []pair {
+	sh := &s.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	out := make([]pair, 0, len(sh.m))
+	for k, e := range sh.m {
+		if e.expires > now {
+			out = append(out, pair{k, sh.value(e)})
+		}
+	}
+	return out
+}
+
+// len counts bindings that are not tombstones; expired ones count until
+// the next sweep.
+func (s *state) len() int { return int(s.live.Load()) }
+
+func (sh *shard) value(e entry) value {
+	return value{
+		Gen:     e.gen,
+		Created: e.created,
+		Pod:     sh.names.name(e.pod),
+		Prefill: sh.names.name(e.prefill),
+		Tomb:    e.flags&flagTomb != 0,
+		Expires: e.expires,
+	}
+}
+
+func (sh *shard) drop(e entry) {
+	sh.names.release(e.pod)
+	sh.names.release(e.prefill)
+}
+
+// interner maps backend IDs to small numbers with reference counts, so a
+// pod that leaves releases its name once its last binding is gone.
+// ID 0 is the empty string and is never counted.
+type interner struct {
+	ids   map[string]uint32
+	names []string
+	refs  []uint32
+	free  []uint32
+}
+
+func newInterner() interner {
+	return interner{ids: map[string]uint32{}, names: []string{""}, refs: []uint32{0}}
+}
+
+func (in *interner) intern(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	if id, ok := in.ids[s]; ok {
+		in.refs[id]++
+		return id
+	}
+	var id uint32
+	if n := len(in.free); n > 0 {
+		id = in.free[n-1]
+		in.free = in.free[:n-1]
+		in.names[id], in.refs[id] = s, 1
+	} else {
+		id = uint32(len(in.names))
+		in.names = append(in.names, s)
+		in.refs = append(in.refs, 1)
+	}
+	in.ids[s] = id
+	return id
+}
+
+func (in *interner) release(id uint32) {
+	if id == 0 {
+		return
+	}
+	if in.refs[id]--; in.refs[id] == 0 {
+		delete(in.ids, in.names[id])
+		in.names[id] = ""
+		in.free = append(in.free, id)
+	}
+}
+
+func (in *interner) name(id uint32) string { return in.names[id] }

@@ -1,0 +1,134 @@
+package gossip
+
+import (
+	"fmt"
+	"testing"
+)
+
+func k(i int) key { return keyOf(fmt.Sprintf("%032x", i)) }
+
+func TestKeyOf(t *testing.T) {
+	hexKey := "00112233445566778899aabbccddeeff"
+	if got := keyOf(hexKey); fmt.Sprintf("%x", got[:]) != hexKey {
+		t.Fatalf("hex key not decoded: %x", got)
+	}
+	if keyOf("session-1") == keyOf("session-2") || keyOf("session-1") != keyOf("session-1") {
+		t.Fatal("non-hex keys must hash deterministically and distinctly")
+	}
+}
+
+func TestStateCreate(t *testing.T) {
+	st := newState(100, 0)
+	v, ok := st.create(k(1), value{Created: 10, Pod: "a"}, 10, 1000)
+	if !ok || v.Expires != 1010 {
+		t.Fatalf("create: %+v %v", v, ok)
+	}
+	if got, ok := st.create(k(1), value{Created: 20, Pod: "b"}, 20, 1000); ok || got.Pod != "a" {
+		t.Fatalf("second create must return the live binding, got %+v %v", got, ok)
+	}
+	// Expired: absent, a new create takes it.
+	if got, ok := st.create(k(1), value{Created: 2000, Pod: "c"}, 2000, 1000); !ok || got.Pod != "c" || got.Gen != 0 {
+		t.Fatalf("create over an expired binding: %+v %v", got, ok)
+	}
+	// A delete then a create of the same generation: the create is bumped
+	// past the tombstone, or the tombstone would win everywhere.
+	if _, ok := st.compareAndDelete(k(1), 0, "c", "", 2100, 0); !ok {
+		t.Fatal("compare-and-delete of the live binding failed")
+	}
+	if _, ok := st.lookup(k(1), 2100, 1000, true); ok {
+		t.Fatal("deleted binding still found")
+	}
+	got, ok := st.create(k(1), value{Created: 2200, Pod: "d"}, 2200, 1000)
+	if !ok || got.Gen != 1 {
+		t.Fatalf("create over tombstone gen 0: %+v, want gen 1", got)
+	}
+	if st.len() != 1 {
+		t.Fatalf("len %d", st.len())
+	}
+}
+
+func TestStateCompareAndDelete(t *testing.T) {
+	st := newState(100, 0)
+	st.create(k(1), value{Gen: 3, Created: 1, Pod: "a", Prefill: "p"}, 0, 1000)
+	for _, c := range []struct {
+		gen          uint64
+		pod, prefill string
+	}{{2, "a", "p"}, {3, "b", "p"}, {3, "a", ""}} {
+		if _, ok := st.compareAndDelete(k(1), c.gen, c.pod, c.prefill, 10, 0); ok {
+			t.Fatalf("deleted with mismatched %+v", c)
+		}
+	}
+	tomb, ok := st.compareAndDelete(k(1), 3, "a", "p", 400, 500)
+	if !ok || !tomb.Tomb || tomb.Expires != 400+2*600+500 {
+		t.Fatalf("tombstone %+v %v", tomb, ok)
+	}
+	// Late gossip of the deleted binding does not resurrect it.
+	if res, _ := st.apply(k(1), value{Gen: 3, Created: 1, Pod: "a", Prefill: "p", Expires: 5000}, 500); res != applyRejected {
+		t.Fatalf("late gossip of deleted binding: %v", res)
+	}
+	if _, ok := st.lookup(k(1), 500, 1000, false); ok {
+		t.Fatal("resurrected")
+	}
+}
+
+func TestStateRefreshCoalescing(t *testing.T) {
+	st := newState(100, 0)
+	const ttl = 4000
+	st.create(k(1), value{Created: 0, Pod: "a"}, 0, ttl)
+	// Lookups within a quarter TTL of the announced expiry stay local.
+	for now := int64(100); now < 1000; now += 100 {
+		st.lookup(k(1), now, ttl, true)
+	}
+	if d := st.takeDirty(1000); len(d) != 0 {
+		t.Fatalf("refresh announced before a quarter TTL: %+v", d)
+	}
+	for now := int64(1000); now <= 1500; now += 100 {
+		st.lookup(k(1), now, ttl, true)
+	}
+	d := st.takeDirty(1500)
+	if len(d) != 1 || d[0].v.Expires != 1500+ttl {
+		t.Fatalf("want one refresh to %d, got %+v", 1500+ttl, d)
+	}
+	if d := st.takeDirty(1600); len(d) != 0 {
+		t.Fatalf("announced twice: %+v", d)
+	}
+	// A refresh heard from a peer counts as announced.
+	st.apply(k(1), value{Created: 0, Pod: "a", Expires: 9000}, 1700)
+	st.lookup(k(1), 1800, ttl, true)
+	if d := st.takeDirty(1800); len(d) != 0 {
+		t.Fatalf("re-announced what the ring already knows: %+v", d)
+	}
+}
+
+func TestStateSweepAndEvict(t *testing.T) {
+	st := newState(100, 0)
+	for i := range 300 {
+		st.create(k(i), value{Created: int64(i), Pod: fmt.Sprint("pod-", i%7)}, int64(i), 1000)
+	}
+	if n := len(st.shards[0].m); n != 100 || st.len() != 100 {
+		t.Fatalf("bound: %d entries, len %d; want 100", n, st.len())
+	}
+	if st.evicted.Load() != 200 {
+		t.Fatalf("evicted %d, want 200", st.evicted.Load())
+	}
+	st.compareAndDelete(k(299), 0, "pod-5", "", 300, 0)
+	if got := st.sweep(1250); got == 0 || st.len() != 100-got-1 {
+		t.Fatalf("sweep expired %d, len %d", got, st.len())
+	}
+	st.sweep(1e9)
+	sh := &st.shards[0]
+	if len(sh.m) != 0 || len(sh.names.ids) != 0 || st.len() != 0 {
+		t.Fatalf("after sweeping everything: %d entries, %d interned names, len %d", len(sh.m), len(sh.names.ids), st.len())
+	}
+}
+
+func TestStateShards(t *testing.T) {
+	st := newState(1_000_000, 0)
+	total := 0
+	for i := range st.shards {
+		total += st.shards[i].limit
+	}
+	if len(st.shards) != maxShards || total != 1_000_000 {
+		t.Fatalf("%d shards holding %d, want %d holding 1000000", len(st.shards), total, maxShards)
+	}
+}

@@ -1,0 +1,311 @@
+package gossip
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// State transfer: how a replica that joins, or a side of a healed
+// partition, gets the bindings it missed, without a message or a push/pull
+// that grows with the number of sessions.
+//
+// Every replica advertises in its memberlist metadata whether it is
+// "synced": it has pulled the ring's state once, or found nobody to pull
+// from. When members join (NotifyJoin, debounced into one burst), a replica
+// pulls once from ONE of the newly seen members that is synced: a new
+// replica pulls from one existing member; the existing members do not pull
+// from a replica that is not synced yet (it holds nothing they lack); after
+// a partition heals, every replica pulls from one member of the other side.
+//
+// A pull is a sync request (TCP); the responder streams its unexpired
+// entries, tombstones included, as chunks of at most ChunkBytes (TCP,
+// SendReliable), at most ChunkRate chunks per second, serving at most two
+// pulls at a time (more wait in a queue of 16; beyond, requests are dropped
+// and their requester retries elsewhere). An end marker says how many
+// chunks were sent; a pull that goes TransferTimeout without a chunk is
+// retried with another synced member, at most three tries. Chunks merge
+// like any delta, so order, duplicates and overlap do not matter.
+
+const (
+	metaVersion   = 1
+	metaSynced    = 1
+	joinDebounce  = 200 * time.Millisecond
+	startupGrace  = time.Second
+	pullAttempts  = 3
+	serveQueue    = 16
+	loopInterval  = 100 * time.Millisecond
+	updateTimeout = time.Second
+)
+
+type transfer struct {
+	s     *Store
+	start time.Time
+	kick  chan struct{}
+	reqs  chan syncReq
+
+	mu        sync.Mutex
+	synced    bool
+	metaStale bool                // synced changed; memberlist must re-announce the metadata
+	burst     map[string]struct{} // synced members seen joining since the last pull decision
+	lastJoin  time.Time
+	pull      *pull
+}
+
+type syncReq struct {
+	from string
+	id   uint64
+}
+
+type pull struct {
+	id       uint64
+	peer     string
+	got      uint64
+	total    uint64
+	deadline time.Time
+	tried    map[string]bool
+}
+
+func newTransfer(s *Store) *transfer {
+	return &transfer{
+		s: s, start: time.Now(),
+		kick:  make(chan struct{}, 1),
+		reqs:  make(chan syncReq, serveQueue),
+		burst: map[string]struct{}{},
+	}
+}
+
+func (t *transfer) meta() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := []byte{metaVersion, 0}
+	if t.synced {
+		m[1] = metaSynced
+	}
+	return m
+}
+
+func (t *transfer) isSynced() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.synced
+}
+
+func peerSynced(n *memberlist.Node) bool {
+	return len(n.Meta) >= 2 && n.Meta[0] == metaVersion && n.Meta[1]&metaSynced != 0
+}
+
+// joined is memberlist's NotifyJoin: remember synced newcomers for the
+// next pull decision.
+func (t *transfer) joined(n memberlist.Node) {
+	if !peerSynced(&n) {
+		return
+	}
+	t.mu.Lock()
+	t.burst[n.Name] = struct{}{}
+	t.lastJoin = time.Now()
+	t.mu.Unlock()
+	t.poke()
+}
+
+func (t *transfer) poke() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop makes the pull decisions: after a burst of joins, on a stalled pull,
+// and once at startup to declare a lone replica synced.
+func (t *transfer) loop() {
+	tick := time.NewTicker(loopInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.s.ctx.Done():
+			return
+		case <-tick.C:
+		case <-t.kick:
+		}
+		t.step(time.Now())
+	}
+}
+
+func (t *transfer) step(now time.Time) {
+	members := t.s.peers()
+	t.mu.Lock()
+	var req *pull
+	switch p := t.pull; {
+	case p != nil && now.After(p.deadline):
+		p.tried[p.peer] = true
+		if len(p.tried) >= pullAttempts {
+			t.s.met.transfers.WithLabelValues("gave_up").Inc()
+			t.s.log.Warn("gossip: state transfer gave up; bindings will arrive through deltas and refreshes", "tried", len(p.tried))
+			t.pull = nil
+			t.setSyncedLocked()
+			break
+		}
+		t.s.met.transfers.WithLabelValues("retry").Inc()
+		cands := t.syncedMembers(members, p.tried)
+		if len(cands) == 0 {
+			t.pull = nil
+			t.setSyncedLocked()
+			break
+		}
+		p.peer, p.id, p.got, p.total = cands[mrand.IntN(len(cands))], newID(), 0, 0
+		p.deadline = now.Add(t.s.opts.TransferTimeout)
+		req = p
+	case p == nil && len(t.burst) > 0 && now.Sub(t.lastJoin) >= joinDebounce:
+		var cands []string
+		for _, n := range members {
+			if _, ok := t.burst[n.Name]; ok {
+				cands = append(cands, n.Name)
+			}
+		}
+		clear(t.burst)
+		if len(cands) > 0 {
+			peer := cands[mrand.IntN(len(cands))]
+			t.pull = &pull{id: newID(), peer: peer, deadline: now.Add(t.s.opts.TransferTimeout), tried: map[string]bool{}}
+			req = t.pull
+		}
+	}
+	if !t.synced && t.pull == nil && now.Sub(t.start) >= startupGrace {
+		t.setSyncedLocked()
+	}
+	var r pull
+	if req != nil {
+		r = *req
+	}
+	stale := t.metaStale
+	t.metaStale = false
+	t.mu.Unlock()
+
+	if req != nil {
+		t.s.log.Debug("gossip: pulling state", "from", r.peer)
+		if n := t.s.member(r.peer); n != nil {
+			msg := encode(&message{Kind: kindSyncReq, From: t.s.name, SyncID: r.id})
+			if err := t.s.ml.Load().SendReliable(n, msg); err != nil {
+				t.s.log.Debug("gossip: sync request", "to", r.peer, "err", err)
+			} else {
+				t.s.met.sent("sync_request", 1, len(msg))
+			}
+		}
+	}
+	if stale {
+		// Re-announce our metadata so that peers pull from us after a heal.
+		if err := t.s.ml.Load().UpdateNode(updateTimeout); err != nil {
+			t.s.log.Debug("gossip: update node meta", "err", err)
+		}
+	}
+}
+
+func (t *transfer) setSyncedLocked() {
+	if !t.synced {
+		t.synced, t.metaStale = true, true
+	}
+}
+
+// syncedMembers lists synced members other than this one and skip.
+func (t *transfer) syncedMembers(members []*memberlist.Node, skip map[string]bool) []string {
+	var out []string
+	for _, n := range members {
+		if !skip[n.Name] && peerSynced(n) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// chunkReceived counts a chunk of the pull in progress (its records are
+// already merged) and completes the pull when all have arrived.
+func (t *transfer) chunkReceived(m *message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pull
+	if p == nil || p.id != m.SyncID || p.peer != m.From {
+		return
+	}
+	p.got++
+	if m.Total > 0 {
+		p.total = m.Total
+	}
+	p.deadline = time.Now().Add(t.s.opts.TransferTimeout)
+	if p.total > 0 && p.got >= p.total {
+		t.pull = nil
+		t.s.met.transfers.WithLabelValues("complete").Inc()
+		t.setSyncedLocked()
+		t.poke()
+	}
+}
+
+// requested queues a peer's sync request for serve.
+func (t *transfer) requested(from string, id uint64) {
+	select {
+	case t.reqs <- syncReq{from, id}:
+	default:
+		t.s.met.dropped.WithLabelValues("sync_request").Inc()
+	}
+}
+
+// serve streams state to requesters, one at a time per serve goroutine.
+func (t *transfer) serve() {
+	for {
+		select {
+		case <-t.s.ctx.Done():
+			return
+		case r := <-t.reqs:
+			t.stream(r)
+		}
+	}
+}
+
+func (t *transfer) stream(r syncReq) {
+	s := t.s
+	n := s.member(r.from)
+	if n == nil {
+		return
+	}
+	pace := time.NewTicker(time.Second / time.Duration(s.opts.ChunkRate))
+	defer pace.Stop()
+	var sent uint64
+	send := func(msg []byte) bool {
+		select {
+		case <-s.ctx.Done():
+			return false
+		case <-pace.C:
+		}
+		if err := s.ml.Load().SendReliable(n, msg); err != nil {
+			s.log.Debug("gossip: state transfer aborted", "to", r.from, "err", err)
+			return false
+		}
+		sent++
+		s.met.chunks.WithLabelValues("sent").Inc()
+		s.met.sent("chunk", 1, len(msg))
+		return true
+	}
+	hdr := &message{Kind: kindChunk, From: s.name, SyncID: r.id}
+	p := newPacker(hdr, s.opts.ChunkBytes, send)
+	for i := range s.st.shards {
+		now := s.now()
+		for _, e := range s.st.snapshot(i, now) {
+			if !p.add(toRecord(e, now)) {
+				return
+			}
+		}
+	}
+	if !p.flush() {
+		return
+	}
+	hdr.Total = sent + 1
+	send(encode(hdr))
+}
+
+func newID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
