@@ -3,7 +3,9 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +18,24 @@ import (
 	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
 )
 
+// TestMain fails the run if goroutines outlive the tests. It waits up to
+// 3s for them: after an outage go-redis's pool redials in a goroutine
+// that sleeps 1s between tries and notices Close only when it wakes.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if code == 0 {
+		deadline := time.Now().Add(3 * time.Second)
+		err := goleak.Find()
+		for err != nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			err = goleak.Find()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // env is one store under test with its registry and log.
