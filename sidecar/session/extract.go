@@ -83,16 +83,14 @@ func NewExtractor(sources []config.Source, claims ClaimReader) *Extractor {
 // reads the first cookie of that name; a JWTClaim source reads the claim
 // from the `Authorization: Bearer` token (scheme case-insensitive) only if
 // the ClaimReader verified it. Values longer than MaxKeyBytes are absent.
-// Query string, cookies and the token are each parsed at most once.
+// The query string and the bearer token are each parsed at most once.
 func (e *Extractor) Extract(r *http.Request) (key string, sourceType string) {
 	var (
-		query      url.Values
-		queryDone  bool
-		cookies    []*http.Cookie
-		cookieDone bool
-		token      string
-		jwtVals    []string
-		jwtDone    bool
+		query     url.Values
+		queryDone bool
+		token     string
+		jwtVals   []string
+		jwtDone   bool
 	)
 	for _, s := range e.sources {
 		var v string
@@ -114,15 +112,10 @@ func (e *Extractor) Extract(r *http.Request) (key string, sourceType string) {
 				v = vs[0]
 			}
 		case config.SourceCookie:
-			if !cookieDone {
-				cookieDone = true
-				cookies = r.Cookies()
-			}
-			for _, c := range cookies {
-				if c.Name == s.name {
-					v = c.Value
-					break
-				}
+			// CookiesNamed allocates only the matching cookies; pools
+			// rarely have more than one Cookie source to re-parse for.
+			if cs := r.CookiesNamed(s.name); len(cs) > 0 {
+				v = cs[0].Value
 			}
 		case config.SourceJWTClaim:
 			if !jwtDone {
