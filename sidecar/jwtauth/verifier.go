@@ -187,11 +187,18 @@ func (v *Verifier) Claims(token string, names []string) (values []string, ok boo
 	return values, true
 }
 
+var errCrit = errors.New(`unsupported "crit" header`)
+
 // verify parses and checks token, returning its claims or a reason.
 func (v *Verifier) verify(token string) (jwt.MapClaims, string) {
 	ks := v.keys.Load()
 	claims := jwt.MapClaims{}
 	tok, err := v.parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
+		if _, ok := t.Header["crit"]; ok {
+			// RFC 7515 §4.1.11: a token whose critical extensions the
+			// recipient does not understand is invalid; we know none.
+			return nil, errCrit
+		}
 		kid, _ := t.Header["kid"].(string)
 		return ks.keysFor(t.Method, kid)
 	})
@@ -211,6 +218,8 @@ func (v *Verifier) classify(tok *jwt.Token, claims jwt.MapClaims, err error) str
 	case tok.Method == nil || !v.allowed[tok.Method.Alg()]:
 		// Unknown alg, "none", or an alg outside jwt.algorithms.
 		return ReasonAlgorithm
+	case errors.Is(err, errCrit):
+		return ReasonMalformed
 	case errors.Is(err, errNoKey):
 		return ReasonNoKey
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid) || errors.Is(err, jwt.ErrTokenUnverifiable):

@@ -154,6 +154,7 @@ func TestReject(t *testing.T) {
 		{"garbage segments", hs, "a.b.c", ReasonMalformed},
 		{"header not JSON", hs, b64u([]byte("nope")) + "." + b64u([]byte(`{}`)) + ".", ReasonMalformed},
 		{"payload not base64", hs, b64u([]byte(`{"alg":"HS256"}`)) + ".!!!." + "sig", ReasonMalformed},
+		{"crit header", hs, rawHS256([]byte(secret), `{"alg":"HS256","crit":["exp"]}`, `{"sub":"u"}`), ReasonMalformed},
 		{"exp of the wrong type", hs, rawHS256([]byte(secret), `{"alg":"HS256"}`, `{"sub":"u","exp":"tomorrow"}`), ReasonMalformed},
 		{"claim absent", hs, hsTok(jwt.MapClaims{"sub": nil}), ReasonMissingClaim},
 		{"claim empty", hs, hsTok(jwt.MapClaims{"sub": ""}), ReasonMissingClaim},
