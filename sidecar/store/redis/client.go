@@ -70,7 +70,9 @@ func universalOptions(cfg *config.RedisStore, password string) (*redis.Universal
 		DB:            cfg.DB,
 		Username:      cfg.Username,
 		Password:      password,
-		ClientName:    "tether",
+		// No CLIENT SETNAME / SETINFO on connect: a least-privilege ACL
+		// user (see the README) has no CLIENT permissions.
+		DisableIdentity: true,
 
 		DialTimeout:           timeout,
 		ReadTimeout:           timeout,
@@ -122,6 +124,9 @@ func startupError(cfg *config.RedisStore, err error) error {
 		user := cfg.Username
 		if user == "" {
 			user = "default"
+		}
+		if strings.HasPrefix(err.Error(), "NOPERM") {
+			return fmt.Errorf("store.redis: user %q lacks a permission the store needs (see the README's ACL): %w", user, err)
 		}
 		return fmt.Errorf("store.redis: authentication failed for user %q: %w", user, err)
 	}

@@ -126,6 +126,7 @@ func TestStartupErrorMessages(t *testing.T) {
 		{cfg, timeout, "store.redis: cannot reach 10.0.0.1:6379: i/o timeout"},
 		{&config.RedisStore{Addresses: []string{"a:1", "b:2"}}, errors.New("boom"), "store.redis: cannot reach a:1,b:2: boom"},
 		{&config.RedisStore{Address: "a:1", Username: "x"}, proto("WRONGPASS invalid username-password pair"), `store.redis: authentication failed for user "x": WRONGPASS invalid username-password pair`},
+		{&config.RedisStore{Address: "a:1"}, proto("NOPERM this user has no permissions to run the 'ping' command"), `store.redis: user "default" lacks a permission the store needs (see the README's ACL): NOPERM this user has no permissions to run the 'ping' command`},
 	} {
 		got := startupError(tc.cfg, tc.err)
 		if got.Error() != tc.want {
