@@ -15,6 +15,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,7 +133,7 @@ func NewWithOptions(ctx context.Context, cfg *config.RedisStore, opts Options, r
 
 	s := &Store{
 		c:       c,
-		prefix:  cmp(cfg.KeyPrefix, config.DefaultRedisKeyPrefix) + ":",
+		prefix:  cmp.Or(cfg.KeyPrefix, config.DefaultRedisKeyPrefix) + ":",
 		timeout: uo.ReadTimeout,
 		log:     log,
 		errLog:  &rateLog{log: log, interval: opts.LogInterval, now: time.Now},
@@ -141,13 +142,6 @@ func NewWithOptions(ctx context.Context, cfg *config.RedisStore, opts Options, r
 	s.br = newBreaker(opts.BreakerThreshold, opts.BreakerMinBackoff, opts.BreakerMaxBackoff, time.Now, s.breakerChanged)
 	log.Info("redis store connected", "topology", string(TopologyOf(cfg)), "addresses", addrList(cfg), "db", cfg.DB, "timeout", s.timeout)
 	return s, nil
-}
-
-func cmp(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 func addrList(cfg *config.RedisStore) string {
