@@ -1,0 +1,184 @@
+// Package app wires tether-injector: flags, the Kubernetes client, the
+// certificate source, the RoleBinding controller and the two listeners
+// (TLS for the webhook, plain HTTP for probes and metrics). main.go is a
+// thin shell around it, and tests (or an e2e harness) run it in-process.
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/tetherproxy/tether/injector/certs"
+	"github.com/tetherproxy/tether/injector/inject"
+	"github.com/tetherproxy/tether/injector/webhook"
+)
+
+// Version is recorded in the pods' tether.dev/status annotation; release
+// builds set it with -ldflags "-X github.com/tetherproxy/tether/injector/app.Version=v1.2.3".
+var Version = "dev"
+
+// Config is everything the injector is told at start.
+type Config struct {
+	// Listen is the webhook's TLS address; AdminListen serves /healthz,
+	// /readyz and /metrics over plain HTTP.
+	Listen      string
+	AdminListen string
+
+	// Certificates: CertDir (tls.crt, tls.key kept by cert-manager) or
+	// SelfManaged.
+	CertDir           string
+	SelfManaged       bool
+	SecretName        string
+	ServiceName       string
+	ExtraSANs         stringList
+	WebhookConfig     string
+	Webhooks          stringList
+	CALifetime        time.Duration
+	CertLifetime      time.Duration
+	CertCheckInterval time.Duration
+
+	// Namespace is the injector's own: where the Secret lives, and never injected.
+	Namespace string
+
+	// ManageRBAC binds SidecarClusterRole in every labelled namespace.
+	ManageRBAC         bool
+	SidecarClusterRole string
+
+	Kubeconfig string
+
+	// Sidecar defaults.
+	SidecarImage        string
+	SidecarPullPolicy   string
+	SidecarCPURequest   string
+	SidecarMemRequest   string
+	SidecarCPULimit     string
+	SidecarMemLimit     string
+	NativeSidecar       bool
+	DefaultStore        string
+	RedisAddress        string
+	RedisPasswordSecret string
+	GossipKeySecret     string
+	ExcludedNamespaces  stringList
+
+	LogLevel string
+}
+
+// RegisterFlags binds every field to a flag on fs, with its default.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "tether-system"
+	}
+	fs.StringVar(&c.Listen, "listen", ":9443", "webhook HTTPS address (serves "+webhook.PathMutate+" and "+webhook.PathOptIn+")")
+	fs.StringVar(&c.AdminListen, "admin-listen", ":8080", "plain HTTP address of /healthz, /readyz and /metrics (empty: off)")
+	fs.StringVar(&c.CertDir, "cert-dir", "", "directory with tls.crt and tls.key, reloaded on change (cert-manager mode)")
+	fs.BoolVar(&c.SelfManaged, "self-managed-certs", false, "generate the CA and serving certificate, keep them in --secret-name, patch the caBundle of --webhook-config")
+	fs.StringVar(&c.SecretName, "secret-name", "tether-injector-tls", "Secret (in --namespace) holding the self-managed certificates")
+	fs.StringVar(&c.ServiceName, "service-name", "tether-injector", "the webhook Service; the serving certificate is for <service>.<namespace>.svc")
+	fs.Var(&c.ExtraSANs, "extra-san", "extra IP or DNS name in the self-managed serving certificate (repeatable or comma-separated; 127.0.0.1 for a URL client config)")
+	fs.StringVar(&c.WebhookConfig, "webhook-config", "tether-injector", "MutatingWebhookConfiguration whose caBundle is kept current (self-managed mode)")
+	fs.Var(&c.Webhooks, "webhook", "name of a webhook entry to patch (repeatable; default: every entry of --webhook-config)")
+	fs.DurationVar(&c.CALifetime, "ca-lifetime", certs.DefaultCALifetime, "lifetime of the self-managed CA (renewed at two thirds)")
+	fs.DurationVar(&c.CertLifetime, "cert-lifetime", certs.DefaultCertLifetime, "lifetime of the self-managed serving certificate (renewed at two thirds)")
+	fs.DurationVar(&c.CertCheckInterval, "cert-check-interval", certs.DefaultInterval, "how often the Secret and caBundle are checked (self-managed mode)")
+	fs.StringVar(&c.Namespace, "namespace", ns, "the injector's namespace (from $POD_NAMESPACE when set)")
+	fs.BoolVar(&c.ManageRBAC, "manage-rbac", true, "bind --sidecar-cluster-role to the service accounts of every namespace labelled "+inject.NamespaceLabel+"="+inject.NamespaceLabelValue)
+	fs.StringVar(&c.SidecarClusterRole, "sidecar-cluster-role", "tether-sidecar", "ClusterRole (get/list/watch pods) the sidecars are bound to")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&c.SidecarImage, "sidecar-image", "ghcr.io/tetherproxy/tether-sidecar:"+Version, "sidecar image, repository:tag")
+	fs.StringVar(&c.SidecarPullPolicy, "sidecar-image-pull-policy", "IfNotPresent", "sidecar imagePullPolicy: Always, IfNotPresent or Never")
+	fs.StringVar(&c.SidecarCPURequest, "sidecar-cpu-request", "50m", "sidecar CPU request (empty: none)")
+	fs.StringVar(&c.SidecarMemRequest, "sidecar-memory-request", "64Mi", "sidecar memory request (empty: none)")
+	fs.StringVar(&c.SidecarCPULimit, "sidecar-cpu-limit", "", "sidecar CPU limit (empty: none)")
+	fs.StringVar(&c.SidecarMemLimit, "sidecar-memory-limit", "256Mi", "sidecar memory limit (empty: none)")
+	fs.BoolVar(&c.NativeSidecar, "native-sidecar", true, "inject a native sidecar (init container, restartPolicy Always; Kubernetes 1.29+); false: the first plain container")
+	fs.StringVar(&c.DefaultStore, "default-store", "memory", "store of pods without tether.dev/store: memory, gossip or redis")
+	fs.StringVar(&c.RedisAddress, "redis-address", "", "Redis host:port for redis-store pods without tether.dev/redis-address")
+	fs.StringVar(&c.RedisPasswordSecret, "redis-password-secret", "", "Secret (key \"password\") mounted into redis-store pods without tether.dev/redis-password-secret")
+	fs.StringVar(&c.GossipKeySecret, "gossip-key-secret", "", "Secret (key \"key\") mounted into gossip-store pods without tether.dev/gossip-key-secret")
+	fs.Var(&c.ExcludedNamespaces, "exclude-namespace", "namespace never injected, besides kube-system and --namespace (repeatable)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// injectOptions turns the sidecar flags into inject.Options.
+func (c *Config) injectOptions() (inject.Options, error) {
+	o := inject.Options{
+		Image:               c.SidecarImage,
+		ImagePullPolicy:     corev1.PullPolicy(c.SidecarPullPolicy),
+		PlainContainer:      !c.NativeSidecar,
+		Version:             Version,
+		Store:               c.DefaultStore,
+		RedisAddress:        c.RedisAddress,
+		RedisPasswordSecret: c.RedisPasswordSecret,
+		GossipKeySecret:     c.GossipKeySecret,
+		ExcludedNamespaces:  append([]string{"kube-system", c.Namespace}, c.ExcludedNamespaces...),
+	}
+	switch o.ImagePullPolicy {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever, "":
+	default:
+		return o, fmt.Errorf("--sidecar-image-pull-policy: %q is not Always, IfNotPresent or Never", c.SidecarPullPolicy)
+	}
+	for _, r := range []struct {
+		flag, v string
+		list    *corev1.ResourceList
+		name    corev1.ResourceName
+	}{
+		{"sidecar-cpu-request", c.SidecarCPURequest, &o.Resources.Requests, corev1.ResourceCPU},
+		{"sidecar-memory-request", c.SidecarMemRequest, &o.Resources.Requests, corev1.ResourceMemory},
+		{"sidecar-cpu-limit", c.SidecarCPULimit, &o.Resources.Limits, corev1.ResourceCPU},
+		{"sidecar-memory-limit", c.SidecarMemLimit, &o.Resources.Limits, corev1.ResourceMemory},
+	} {
+		if r.v == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(r.v)
+		if err != nil {
+			return o, fmt.Errorf("--%s: %w", r.flag, err)
+		}
+		if *r.list == nil {
+			*r.list = corev1.ResourceList{}
+		}
+		(*r.list)[r.name] = q
+	}
+	return o, nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.SelfManaged && c.CertDir != "":
+		return errors.New("set --cert-dir or --self-managed-certs, not both")
+	case !c.SelfManaged && c.CertDir == "":
+		return errors.New("no certificate source: set --cert-dir (cert-manager) or --self-managed-certs")
+	case c.SelfManaged && (c.SecretName == "" || c.ServiceName == "" || c.WebhookConfig == "" || c.Namespace == ""):
+		return errors.New("--self-managed-certs needs --secret-name, --service-name, --webhook-config and --namespace")
+	case c.ManageRBAC && c.SidecarClusterRole == "":
+		return errors.New("--manage-rbac needs --sidecar-cluster-role")
+	case c.Listen == "":
+		return errors.New("--listen is required")
+	}
+	return nil
+}
+
+// needsKube reports whether any part talks to the API server.
+func (c *Config) needsKube() bool { return c.SelfManaged || c.ManageRBAC }
+
+// stringList is a repeatable, comma-splitting flag.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*s = append(*s, p)
+		}
+	}
+	return nil
+}
