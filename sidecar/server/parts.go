@@ -9,6 +9,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/discovery/kube"
 	"github.com/tetherproxy/tether/sidecar/jwtauth"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
@@ -30,7 +31,16 @@ func newSource(pc config.Pool, deps Deps, reg prometheus.Registerer, log *slog.L
 	if len(pc.Backends.Static) > 0 {
 		return discovery.NewStatic(pc.Backends.Static), nil
 	}
-	return nil, fmt.Errorf("pools[%s].backends: kubernetes discovery is not built into this binary yet", pc.Name)
+	if deps.Kube == nil {
+		return nil, fmt.Errorf("pools[%s].backends: kubernetes discovery needs a Kubernetes client", pc.Name)
+	}
+	// One gauge series per pool: the source registers without a pool label.
+	preg := prometheus.WrapRegistererWith(prometheus.Labels{"pool": pc.Name}, reg)
+	src, err := kube.NewSource(deps.Kube, pc.Backends, deps.Namespace, preg, log.With("pool", pc.Name))
+	if err != nil {
+		return nil, fmt.Errorf("pools[%s].backends: %w", pc.Name, err)
+	}
+	return src, nil
 }
 
 // newClaimReader builds the JWT verifier when the config has a jwt block.

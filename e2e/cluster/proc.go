@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process is a child process started by a test: its own process group
+// (so a stop reaches anything it forks), killed by the kernel if the test
+// binary dies first, its combined output kept for assertions and dumped
+// when the test fails.
+type Process struct {
+	Name string
+	cmd  *exec.Cmd
+	out  *lineBuffer
+	done chan struct{}
+	err  error // valid once done is closed
+
+	stopOnce sync.Once
+}
+
+// StartProcess starts bin with args; env is added to the test's own
+// environment. The process is stopped (SIGTERM, then SIGKILL after 10 s)
+// in t.Cleanup, after which its output is logged if the test failed.
+func StartProcess(t testing.TB, name, bin string, args, env []string) *Process {
+	t.Helper()
+	p, err := startProcess(name, bin, args, env)
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("--- output of %s (last 60 lines):\n%s", name, p.Tail(60))
+		}
+	})
+	return p
+}
+
+func startProcess(name, bin string, args, env []string) (*Process, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out := &lineBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid: true,
+		// If the test binary is killed (go test -timeout), take the child
+		// along instead of leaving a stray apiserver behind.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Process{Name: name, cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is the process id (and process group id).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Done is closed when the process has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Stop ends the process group gracefully (SIGTERM, SIGKILL after 10 s) and
+// waits for it. Safe to call more than once.
+func (p *Process) Stop() { p.stop(syscall.SIGTERM, 10*time.Second) }
+
+// Kill ends the process group at once (SIGKILL) and waits for it.
+func (p *Process) Kill() { p.stop(syscall.SIGKILL, 0) }
+
+func (p *Process) stop(sig syscall.Signal, grace time.Duration) {
+	p.stopOnce.Do(func() {
+		pgid := p.cmd.Process.Pid
+		if !p.Exited() {
+			_ = syscall.Kill(-pgid, sig)
+			if grace > 0 {
+				select {
+				case <-p.done:
+				case <-time.After(grace):
+				}
+			}
+		}
+		// Whatever the leader did, nothing of its group may outlive it.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-p.done
+	})
+}
+
+// Output is everything the process wrote so far (stdout and stderr).
+func (p *Process) Output() string { return p.out.String() }
+
+// Lines returns the complete lines written so far.
+func (p *Process) Lines() []string { return p.out.Lines() }
+
+// Tail returns the last n lines of output.
+func (p *Process) Tail(n int) string {
+	ls := p.out.Lines()
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// Err is the process's exit error once it has ended.
+func (p *Process) Err() error {
+	if !p.Exited() {
+		return errors.New("still running")
+	}
+	return p.err
+}
+
+// lineBuffer collects output from a child, bounded so a chatty process
+// cannot eat the test's memory: beyond maxBuffer, the oldest half is dropped.
+type lineBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+const maxBuffer = 32 << 20
+
+func (b *lineBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len()+len(p) > maxBuffer {
+		keep := b.buf.Bytes()[b.buf.Len()/2:]
+		if i := bytes.IndexByte(keep, '\n'); i >= 0 {
+			keep = keep[i+1:]
+		}
+		b.buf = *bytes.NewBuffer(append([]byte(nil), keep...))
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lineBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *lineBuffer) Lines() []string {
+	b.mu.Lock()
+	data := append([]byte(nil), b.buf.Bytes()...)
+	b.mu.Unlock()
+	var ls []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		ls = append(ls, sc.Text())
+	}
+	// A trailing line without its newline is still being written.
+	if len(data) > 0 && data[len(data)-1] != '\n' && len(ls) > 0 {
+		ls = ls[:len(ls)-1]
+	}
+	return ls
+}
+
+// FreePort returns a TCP port on ip that was free a moment ago. Binaries
+// that cannot take a pre-opened listener need a number; the small race
+// with another process taking it is retried by the callers that can.
+func FreePort(t testing.TB, ip string) int {
+	t.Helper()
+	port, err := freePort(ip)
+	if err != nil {
+		t.Fatalf("free port on %s: %v", ip, err)
+	}
+	return port
+}
+
+// FreeAddr is FreePort as "ip:port".
+func FreeAddr(t testing.TB, ip string) string {
+	return net.JoinHostPort(ip, fmt.Sprint(FreePort(t, ip)))
+}
+
+func freePort(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// RepoRoot is the directory holding go.mod, found from the working
+// directory (go test runs in the package's directory).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Binary returns the path of one of the project's binaries (tether-sidecar,
+// modelsim, tether-injector): under $TETHER_BIN, or bin/ of the repository.
+// A missing binary fails the test with the make target that builds it.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	dir := os.Getenv("TETHER_BIN")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(t), "bin")
+	}
+	p := filepath.Join(dir, name)
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		t.Fatalf("%s not found at %s: run make build (or set TETHER_BIN)", name, p)
+	}
+	return p
+}
