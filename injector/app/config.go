@@ -150,6 +150,20 @@ func (c *Config) injectOptions() (inject.Options, error) {
 	return o, nil
 }
 
+// Validate checks the configuration without binding or connecting
+// anything (the chart's tests run it on the rendered arguments).
+func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	o, err := c.injectOptions()
+	if err != nil {
+		return err
+	}
+	_, err = inject.New(o)
+	return err
+}
+
 func (c *Config) validate() error {
 	switch {
 	case c.SelfManaged && c.CertDir != "":

@@ -1,0 +1,56 @@
+{{/* Base name of the release's objects: the release name, unless it does
+not contain the chart name, in which case "<release>-tether". */}}
+{{- define "tether.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tether.injector" -}}{{ include "tether.fullname" . }}-injector{{- end -}}
+{{- define "tether.sidecarRole" -}}{{ include "tether.fullname" . }}-sidecar{{- end -}}
+{{- define "tether.tlsSecret" -}}{{ include "tether.injector" . }}-tls{{- end -}}
+
+{{- define "tether.labels" -}}
+app.kubernetes.io/name: tether
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "tether.injectorSelector" -}}
+app.kubernetes.io/name: tether
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: injector
+{{- end -}}
+
+{{- define "tether.image" -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{/* Namespaces no webhook entry ever sends to the injector. */}}
+{{- define "tether.excludedNamespaces" -}}
+{{- $ns := list "kube-system" .Release.Namespace -}}
+{{- range .Values.webhook.excludedNamespaces }}{{ $ns = append $ns . }}{{ end -}}
+{{- toJson (uniq $ns) -}}
+{{- end -}}
+
+{{/* Fields both webhook entries share. */}}
+{{- define "tether.webhookCommon" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+# Called again if a later webhook changes the pod; the injector returns an
+# injected pod unchanged (tether.dev/status).
+reinvocationPolicy: IfNeeded
+matchPolicy: Equivalent
+rules:
+  - operations: ["CREATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["pods"]
+    scope: Namespaced
+{{- end -}}
