@@ -185,6 +185,7 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options, reg prometh
 		return nil, err
 	}
 	s.packetLimit = mc.UDPBufferSize - 150 // userMsg, CRC, encryption, label headroom
+	s.xfer.minAbsence = max(4*mc.GossipInterval, mc.ProbeInterval)
 	if s.src, err = s.newPeerSource(ctx, cfg, mc.AdvertisePort); err != nil {
 		s.cancel()
 		_ = mc.Transport.Shutdown()
@@ -199,7 +200,7 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options, reg prometh
 	}
 	s.ml.Store(ml)
 	s.selfAddr = ml.LocalNode().Address()
-	log.Info("gossip store started", "node", s.name, "addr", s.selfAddr,
+	log.Info("gossip store started", "member", s.name, "addr", s.selfAddr,
 		"discovery", cfg.Discovery, "encrypted", mc.EncryptionEnabled())
 
 	s.start(s.sendLoop, s.sweepLoop, s.xfer.loop, s.xfer.serve, s.xfer.serve, s.rejoinLoop)
@@ -403,6 +404,7 @@ func (d delegate) NotifyLeave(n *memberlist.Node) {
 	d.s.othersMu.Lock()
 	delete(d.s.others, n.Name)
 	d.s.othersMu.Unlock()
+	d.s.xfer.left(*n)
 }
 
 func (s *Store) setMember(n memberlist.Node) {

@@ -30,6 +30,12 @@ import (
 // chunks were sent; a pull that goes TransferTimeout without a chunk is
 // retried with another synced member, at most three tries. Chunks merge
 // like any delta, so order, duplicates and overlap do not matter.
+//
+// A member that rejoins after less than a blip (four gossip intervals or a
+// probe interval, whichever is longer) was not really apart: memberlist
+// marked it dead on a stale rumour and it refuted at once. It holds this
+// side's state, so it is no pull candidate; otherwise a replica could pull
+// from its own side after a heal and miss the other side's bindings.
 
 const (
 	metaVersion   = 1
@@ -48,12 +54,14 @@ type transfer struct {
 	kick  chan struct{}
 	reqs  chan syncReq
 
-	mu        sync.Mutex
-	synced    bool
-	metaStale bool                // synced changed; memberlist must re-announce the metadata
-	burst     map[string]struct{} // synced members seen joining since the last pull decision
-	lastJoin  time.Time
-	pull      *pull
+	mu         sync.Mutex
+	synced     bool
+	metaStale  bool                // synced changed; memberlist must re-announce the metadata
+	burst      map[string]struct{} // synced members seen joining since the last pull decision
+	lastJoin   time.Time
+	gone       map[string]time.Time // when members left or were declared dead
+	minAbsence time.Duration        // shorter absences are blips, not partitions
+	pull       *pull
 }
 
 type syncReq struct {
@@ -76,6 +84,7 @@ func newTransfer(s *Store) *transfer {
 		kick:  make(chan struct{}, 1),
 		reqs:  make(chan syncReq, serveQueue),
 		burst: map[string]struct{}{},
+		gone:  map[string]time.Time{},
 	}
 }
 
@@ -102,14 +111,37 @@ func peerSynced(n *memberlist.Node) bool {
 // joined is memberlist's NotifyJoin: remember synced newcomers for the
 // next pull decision.
 func (t *transfer) joined(n memberlist.Node) {
-	if !peerSynced(&n) {
-		return
-	}
+	now := time.Now()
 	t.mu.Lock()
-	t.burst[n.Name] = struct{}{}
-	t.lastJoin = time.Now()
+	gone, wasGone := t.gone[n.Name]
+	delete(t.gone, n.Name)
+	blip := wasGone && now.Sub(gone) < t.minAbsence
+	candidate := peerSynced(&n) && !blip
+	if candidate {
+		t.burst[n.Name] = struct{}{}
+		t.lastJoin = now
+	}
 	t.mu.Unlock()
-	t.poke()
+	t.s.log.Debug("gossip: member joined", "member", n.Name, "synced", peerSynced(&n), "blip", blip)
+	if candidate {
+		t.poke()
+	}
+}
+
+// left is memberlist's NotifyLeave (a graceful leave or a death).
+func (t *transfer) left(n memberlist.Node) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gone[n.Name] = now
+	delete(t.burst, n.Name)
+	if len(t.gone) > 4096 { // members that never return
+		for name, at := range t.gone {
+			if now.Sub(at) > time.Hour {
+				delete(t.gone, name)
+			}
+		}
+	}
 }
 
 func (t *transfer) poke() {
@@ -301,7 +333,9 @@ func (t *transfer) stream(r syncReq) {
 		return
 	}
 	hdr.Total = sent + 1
-	send(encode(hdr))
+	if send(encode(hdr)) {
+		s.log.Debug("gossip: state streamed", "to", r.from, "chunks", sent+1)
+	}
 }
 
 func newID() uint64 {
