@@ -70,6 +70,15 @@ type Config struct {
 	LogLevel string
 }
 
+// DefaultConfig is the configuration with every flag at its default, for
+// running the injector in-process (set Listen, a certificate source and
+// the sidecar image, then app.New).
+func DefaultConfig() Config {
+	var c Config
+	c.RegisterFlags(flag.NewFlagSet("tether-injector", flag.ContinueOnError))
+	return c
+}
+
 // RegisterFlags binds every field to a flag on fs, with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	ns := os.Getenv("POD_NAMESPACE")

@@ -49,7 +49,7 @@ type goldenCase struct {
 	namespace    string
 	opts         func(*inject.Options)
 	// before transforms the decoded input pod (beyond annotations).
-	before func(t *testing.T, p *corev1.Pod)
+	before func(t testing.TB, p *corev1.Pod)
 }
 
 var routerAnnotations = []string{
@@ -97,7 +97,7 @@ func goldenCases() []goldenCase {
 			inject.AnnotationJWTIssuer:     "https://auth.example.com/",
 			inject.AnnotationJWTAudience:   "chat",
 		}},
-		{name: "reinjected-after-upgrade", input: "router", before: func(t *testing.T, p *corev1.Pod) {
+		{name: "reinjected-after-upgrade", input: "router", before: func(t testing.TB, p *corev1.Pod) {
 			o := testOptions()
 			o.Version = "old"
 			o.Store = "gossip" // the old injection had other volumes and ports
@@ -121,7 +121,7 @@ func goldenCases() []goldenCase {
 		{name: "not-opted-in-outside-labelled-namespace", input: "router", optInWebhook: true},
 		{name: "no-annotations", input: "model-server"},
 		{name: "already-injected-by-hand", input: "manually-added"},
-		{name: "host-network", input: "router", before: func(_ *testing.T, p *corev1.Pod) { p.Spec.HostNetwork = true }},
+		{name: "host-network", input: "router", before: func(_ testing.TB, p *corev1.Pod) { p.Spec.HostNetwork = true }},
 		{name: "excluded-namespace", input: "router", namespace: "kube-system"},
 
 		// Denied: every annotation's rules.
@@ -153,7 +153,7 @@ func goldenCases() []goldenCase {
 		{name: "invalid-listen-port-taken", input: "router", set: map[string]string{inject.AnnotationListenPort: "8080"}},
 		{name: "invalid-store", input: "router", set: map[string]string{inject.AnnotationStore: "etcd"}},
 		{name: "invalid-gossip-without-labels", input: "router", set: map[string]string{inject.AnnotationStore: "gossip"},
-			before: func(_ *testing.T, p *corev1.Pod) { p.Labels = map[string]string{"pod-template-hash": "5d8f7c9b4"} }},
+			before: func(_ testing.TB, p *corev1.Pod) { p.Labels = map[string]string{"pod-template-hash": "5d8f7c9b4"} }},
 		{name: "invalid-redis-address", input: "router", set: map[string]string{
 			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis.llm.svc"}},
 		{name: "invalid-redis-without-address", input: "router", set: map[string]string{inject.AnnotationStore: "redis"}},
@@ -175,7 +175,7 @@ func goldenCases() []goldenCase {
 		{name: "invalid-unknown-annotation", input: "router", set: map[string]string{"tether.dev/source": "Header:X"}},
 		{name: "invalid-control-characters", input: "router", set: map[string]string{inject.AnnotationSources: "Header:X-A\x00"}},
 		{name: "invalid-volume-name-taken", input: "router", set: map[string]string{inject.AnnotationConfig: "x"},
-			del: routerAnnotations, before: func(_ *testing.T, p *corev1.Pod) {
+			del: routerAnnotations, before: func(_ testing.TB, p *corev1.Pod) {
 				p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "tether-config"})
 			}},
 		{name: "invalid-several-at-once", input: "router", set: map[string]string{
@@ -191,7 +191,7 @@ type goldenDoc struct {
 	Pod      map[string]any `json:"pod,omitempty"`
 }
 
-func loadInput(t *testing.T, c goldenCase) *corev1.Pod {
+func loadInput(t testing.TB, c goldenCase) *corev1.Pod {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "in", c.input+".yaml"))
 	if err != nil {

@@ -200,3 +200,21 @@ func checkDenial(t *testing.T, err error) {
 		t.Fatal("not an AnnotationError")
 	}
 }
+
+// BenchmarkPatch is the work of one admission: parse, render, validate,
+// build the pod and diff it.
+func BenchmarkPatch(b *testing.B) {
+	inj, err := inject.New(testOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := goldenCase{name: "bench", input: "router", set: map[string]string{inject.AnnotationStore: "gossip"}}
+	pod := loadInput(b, c)
+	req := inject.Request{Namespace: "llm", NamespaceSelected: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := inj.Patch(pod, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
