@@ -153,7 +153,9 @@ func (a *App) Run(ctx context.Context) error {
 	<-ctx.Done()
 	wg.Wait()
 	close(errc)
-	return <-errc // nil when every part stopped cleanly
+	err := <-errc // nil when every part stopped cleanly
+	a.log.Info("tether-injector stopped", "err", err)
+	return err
 }
 
 func (a *App) closeListeners() {
