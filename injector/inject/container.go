@@ -23,6 +23,7 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 	c := corev1.Container{
 		Name:            ContainerName,
 		Image:           o.Image,
+		Command:         []string{Binary},
 		ImagePullPolicy: o.ImagePullPolicy,
 		Env: []corev1.EnvVar{
 			fieldEnv("POD_NAME", "metadata.name"),

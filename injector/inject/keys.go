@@ -81,7 +81,10 @@ const (
 
 // Sidecar ports and names.
 const (
-	ContainerName     = "tether-sidecar"
+	ContainerName = "tether-sidecar"
+	// Binary is the sidecar's path in its image (the image's entrypoint
+	// is not relied on).
+	Binary            = "/tether-sidecar"
 	AdminPort         = 15020
 	AdminPortName     = "tether-admin"
 	GossipPort        = 7946
