@@ -110,6 +110,8 @@ type AccessLog struct {
 	PrefillPod  string `json:"prefill_pod"`
 	Status      int    `json:"status"`
 	KeyHash     string `json:"key_hash"`
+	Retried     bool   `json:"retried"`
+	StoreError  bool   `json:"store_error"`
 }
 
 // AccessLogs parses the JSON lines of the sidecar's output that carry a

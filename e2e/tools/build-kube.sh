@@ -32,6 +32,16 @@ ldflags="-s -w"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+# quiet CMD…: run CMD, showing its output only if it fails (go get lists
+# every module it adds).
+quiet() {
+  local out
+  if ! out=$("$@" 2>&1); then
+    printf '%s\n' "$out" >&2
+    return 1
+  fi
+}
+
 # install SRC DST: copy next to DST, then rename over it (atomic on one filesystem).
 install_bin() {
   mkdir -p "$(dirname "$2")"
@@ -59,7 +69,7 @@ EOF
   (
     cd "$mod"
     go mod init tether.local/buildetcd >/dev/null 2>&1
-    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null
+    quiet go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
     go build -trimpath -ldflags "$ldflags" -o "$mod/etcd" .
   )
   install_bin "$mod/etcd" "$etcd"
@@ -81,6 +91,16 @@ build_apiserver() {
   local staging
   staging=$(sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/src/k8s.io/.*#\1#p' "$gomod")
   [[ -n "$staging" ]] || { echo "error: no staging replace block in k8s.io/kubernetes@$KUBE_VERSION go.mod" >&2; exit 1; }
+  # Stamp the version as the release build does (hack/lib/version.sh):
+  # clients and charts read it (kubeVersion constraints, discovery), and an
+  # unstamped build reports v0.0.0-master.
+  local minor=${KUBE_VERSION#v1.}
+  minor=${minor%%.*}
+  local kldflags="$ldflags"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    kldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
   (
     cd "$mod"
     go mod init tether.local/buildkube >/dev/null 2>&1
@@ -97,16 +117,24 @@ package tools
 
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 EOF
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" >/dev/null
-    go build -trimpath -ldflags "$ldflags" -o "$mod/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+    quiet go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION"
+    go build -trimpath -ldflags "$kldflags" -o "$mod/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
   )
   install_bin "$mod/kube-apiserver" "$apiserver"
   "$apiserver" --version >&2
 }
 
+# A cached binary is reused only if it reports the pinned version, so an
+# old or half-stamped build is replaced rather than trusted.
+# (Output captured first: grep -q closing the pipe early would fail it.)
+have() {
+  local out
+  [[ -x "$1" ]] && out=$("$1" --version 2>/dev/null) && grep -q "$2" <<<"$out"
+}
+
 start=$SECONDS
-[[ -x "$etcd" ]] || build_etcd
-[[ -x "$apiserver" ]] || build_apiserver
+have "$etcd" "etcd Version: ${ETCD_VERSION#v}\$" || build_etcd
+have "$apiserver" "^Kubernetes $KUBE_VERSION\$" || build_apiserver
 if (( SECONDS - start > 1 )); then
   echo "control plane tools ready in $((SECONDS - start))s under $tools" >&2
 fi
