@@ -155,8 +155,51 @@ func TestScenario4Deleted(t *testing.T) {
 		}
 		after[s] = got
 	}
+	retried := 0
+	for _, a := range r.AccessLogs() {
+		if a.Retried {
+			retried++
+		}
+	}
+	t.Logf("%d turns were retried after a refused connection (discovery had not caught up yet)", retried)
 	r.waitSelectable("backend", 2)
 	checkStay(t, r, after, "after the deletion")
+}
+
+// TestScenario4Crashed: the bound pod's server dies before anything in the
+// API says so (the kubelet has not noticed yet) → the turn that finds the
+// connection refused is retried on a new binding, no request fails, and
+// the sessions stay on their new pods.
+func TestScenario4Crashed(t *testing.T) {
+	e, r := threePods(t, "s4c")
+	home := bindSessions(t, r, "s4c", 9)
+	victim := home["s4c-0"]
+	e.sims[victim].Kill()
+
+	// The first turn to hit the dead server is retried; it also marks the
+	// backend failed, so later sessions of that pod rebind without trying it.
+	after := map[string]string{}
+	retried := 0
+	for s, p := range home {
+		got := r.turn(s)
+		switch {
+		case p == victim:
+			a := r.lastAccess(s)
+			if got == victim || a.Decision != "rebind" || a.SelectedPod != e.ns+"/"+got {
+				t.Fatalf("session %s on crashed %s: answered by %s, access log %+v; want a rebind elsewhere", s, victim, got, a)
+			}
+			if a.Retried {
+				retried++
+			}
+		case got != p:
+			t.Fatalf("session %s on a live pod moved from %s to %s", s, p, got)
+		}
+		after[s] = got
+	}
+	if retried != 1 {
+		t.Fatalf("%d turns were retried, want exactly the first one to reach the dead server", retried)
+	}
+	checkStay(t, r, after, "after the retry")
 }
 
 // TestScenario4Terminating: a pod that a kubelet still runs (nodeName set)
