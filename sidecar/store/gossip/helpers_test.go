@@ -23,10 +23,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	code := m.Run()
+	closeShared() // clusters benchmarks keep across their b.N rounds
+	if code == 0 {
 		// klog (pulled in by client-go) starts a flush daemon at init.
-		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-	)
+		if err := goleak.Find(goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 type configGossip = config.GossipStore
@@ -154,6 +160,15 @@ func testLogger() *slog.Logger {
 // transport on tn, closed at the end of the test.
 func startNode(t testing.TB, tn *testNet, name string, join []string, opts ...nodeOpt) *Store {
 	t.Helper()
+	s, err := newNode(tn, name, join, opts...)
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func newNode(tn *testNet, name string, join []string, opts ...nodeOpt) (*Store, error) {
 	cfg := &config.GossipStore{Bind: "127.0.0.1:0", Discovery: config.PeersStatic, Join: join, MaxEntries: 2_000_000}
 	o := Options{
 		NodeName:        name,
@@ -172,12 +187,13 @@ func startNode(t testing.TB, tn *testNet, name string, join []string, opts ...no
 	for _, f := range opts {
 		f(cfg, &o)
 	}
-	s, err := New(context.Background(), cfg, o, prometheus.NewRegistry(), testLogger().With("node", name))
-	if err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return New(context.Background(), cfg, o, prometheus.NewRegistry(), testLogger().With("node", name))
+}
+
+// production undoes the test timers: memberlist's LAN defaults and the
+// store's own defaults, as a sidecar runs.
+func production(_ *config.GossipStore, o *Options) {
+	*o = Options{NodeName: o.NodeName, WrapTransport: o.WrapTransport, Clock: o.Clock}
 }
 
 // startCluster starts n nodes joined through the first, and waits until

@@ -29,6 +29,7 @@ import (
 type kubePeers struct {
 	factory informers.SharedInformerFactory
 	lister  listersv1.PodLister
+	sel     labels.Selector
 	port    string
 	kick    chan struct{}
 	cancel  context.CancelFunc
@@ -41,14 +42,15 @@ func newKubePeers(_ context.Context, client kubernetes.Interface, ns, selector s
 	if ns == "" {
 		return nil, errors.New("gossip store: discovery kubernetes needs the namespace (env POD_NAMESPACE)")
 	}
-	if _, err := labels.Parse(selector); err != nil || selector == "" {
+	sel, err := labels.Parse(selector)
+	if err != nil || selector == "" {
 		return nil, fmt.Errorf("store.gossip.peerSelector %q: want a non-empty label selector", selector)
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	pods := factory.Core().V1().Pods()
-	p := &kubePeers{factory: factory, lister: pods.Lister(), port: strconv.Itoa(port), kick: make(chan struct{}, 1)}
+	p := &kubePeers{factory: factory, lister: pods.Lister(), sel: sel, port: strconv.Itoa(port), kick: make(chan struct{}, 1)}
 	poke := func(any) {
 		select {
 		case p.kick <- struct{}{}:
@@ -70,7 +72,9 @@ func newKubePeers(_ context.Context, client kubernetes.Interface, ns, selector s
 }
 
 func (p *kubePeers) addrs(context.Context) []string {
-	pods, err := p.lister.List(labels.Everything())
+	// The server filters by the selector already; matching again costs
+	// nothing and keeps a lenient server (or a test fake) honest.
+	pods, err := p.lister.List(p.sel)
 	if err != nil {
 		return nil
 	}

@@ -22,11 +22,11 @@ const (
 // announceTick is the resolution of entry.announced.
 const announceTick = 100 // ms
 
-// maxShards bounds the shard count; minShardEntries keeps small stores
-// (tests, tiny maxEntries) in one shard so the bound stays exact.
+// maxShards bounds the shard count; small stores (tests, tiny maxEntries)
+// keep fewer shards so eviction samples from a well-filled map.
 const (
 	maxShards       = 64
-	minShardEntries = 4096
+	minShardEntries = 4096 // per shard at maxEntries
 	evictSample     = 8
 )
 
@@ -47,7 +47,6 @@ type shard struct {
 	mu    sync.Mutex
 	m     map[key]entry
 	names interner
-	limit int
 	dirty []key
 }
 
@@ -55,6 +54,8 @@ type state struct {
 	shards  []shard
 	mask    uint16
 	epoch   int64 // unix ms; origin of entry.announced
+	max     int64 // maxEntries, tombstones included
+	count   atomic.Int64
 	live    atomic.Int64
 	evicted atomic.Uint64
 }
@@ -70,16 +71,10 @@ func newState(maxEntries int, epoch int64) *state {
 	for n < maxShards && maxEntries/(2*n) >= minShardEntries {
 		n *= 2
 	}
-	s := &state{shards: make([]shard, n), mask: uint16(n - 1), epoch: epoch}
+	s := &state{shards: make([]shard, n), mask: uint16(n - 1), epoch: epoch, max: int64(max(maxEntries, 1))}
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.m = make(map[key]entry)
-		sh.names = newInterner()
-		sh.limit = maxEntries / n
-		if i < maxEntries%n {
-			sh.limit++
-		}
-		sh.limit = max(sh.limit, 1)
+		s.shards[i].m = make(map[key]entry)
+		s.shards[i].names = newInterner()
 	}
 	return s
 }
@@ -201,16 +196,21 @@ func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 }
 
 // put stores v under k, replacing whatever is there (the caller holds the
-// lock and has decided v wins) and evicting when the shard is full. The
-// ring already knows v's expiry (v was just broadcast or received).
+// lock and has decided v wins). A new key past maxEntries evicts one entry
+// of this shard: the bound is global, exceeded at most by one entry per
+// shard that happened to be empty. The ring already knows v's expiry (v was
+// just broadcast or received).
 func (s *state) put(sh *shard, k key, v value, now int64) {
 	if old, ok := sh.m[k]; ok {
 		sh.drop(old)
 		if old.flags&flagTomb == 0 {
 			s.live.Add(-1)
 		}
-	} else if len(sh.m) >= sh.limit {
-		s.evict(sh)
+	} else {
+		if s.count.Load() >= s.max {
+			s.evict(sh)
+		}
+		s.count.Add(1)
 	}
 	e := entry{
 		gen:       v.Gen,
@@ -250,6 +250,7 @@ func (s *state) evict(sh *shard) {
 		return
 	}
 	delete(sh.m, victim)
+	s.count.Add(-1)
 	sh.drop(best)
 	if best.flags&flagTomb == 0 {
 		s.live.Add(-1)
@@ -268,6 +269,7 @@ func (s *state) sweep(now int64) (expired int) {
 				continue
 			}
 			delete(sh.m, k)
+			s.count.Add(-1)
 			sh.drop(e)
 			if e.flags&flagTomb == 0 {
 				s.live.Add(-1)

@@ -123,12 +123,18 @@ func TestStateSweepAndEvict(t *testing.T) {
 }
 
 func TestStateShards(t *testing.T) {
-	st := newState(1_000_000, 0)
-	total := 0
-	for i := range st.shards {
-		total += st.shards[i].limit
+	if n := len(newState(1_000_000, 0).shards); n != maxShards {
+		t.Fatalf("%d shards at 1M entries, want %d", n, maxShards)
 	}
-	if len(st.shards) != maxShards || total != 1_000_000 {
-		t.Fatalf("%d shards holding %d, want %d holding 1000000", len(st.shards), total, maxShards)
+	if n := len(newState(100, 0).shards); n != 1 {
+		t.Fatalf("%d shards at 100 entries, want 1", n)
+	}
+	// The bound is global, whatever the spread over shards.
+	st := newState(20_000, 0)
+	for i := range 50_000 {
+		st.create(keyOf(fmt.Sprint("s", i)), value{Pod: "p"}, 0, 1000)
+	}
+	if n := st.count.Load(); n < 20_000 || n > 20_000+int64(len(st.shards)) {
+		t.Fatalf("%d entries for maxEntries 20000 over %d shards", n, len(st.shards))
 	}
 }

@@ -349,14 +349,16 @@ func (s *Store) Synced() bool { return s.xfer.isSynced() }
 // calls it on SIGTERM.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		// Stop our loops first so that no rejoin races the leave.
+		s.cancel()
 		ml := s.ml.Load()
 		if err := ml.Leave(s.opts.LeaveTimeout); err != nil {
 			s.log.Debug("gossip leave", "err", err)
 		}
-		s.cancel()
 		s.closeErr = ml.Shutdown()
 		s.wg.Wait()
 		s.src.stop()
+		s.log.Info("gossip store left the ring", "member", s.name)
 	})
 	return s.closeErr
 }
