@@ -4,8 +4,14 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/cluster"
 )
 
 // TestScenario6PD: a prefill/decode pool pins the complete pair; pairs are
@@ -90,5 +96,53 @@ func TestScenario6PD(t *testing.T) {
 		if p, _ := turn(s); p != want {
 			t.Fatalf("session %s did not stay on its new pair %+v: %+v", s, want, p)
 		}
+	}
+}
+
+// TestScenario6PDHeader: the decode pod receives the prefill pod's
+// host:port in x-prefiller-host-port (the header llm-d's routing sidecar
+// reads). The decode "pod" here is a recorder in the test process.
+func TestScenario6PDHeader(t *testing.T) {
+	e := newEnv(t, "s6h")
+	e.addPod("p-0", "127.0.0.2", map[string]string{"app": "ds", "role": "prefill", "pd-group": "a"})
+
+	got := make(chan string, 16)
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.3:%d", e.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Header.Get("x-prefiller-host-port"):
+		default:
+		}
+		w.Header().Set("X-Modelsim-Id", "d-0")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[]}`)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	pod, err := e.c.StartPod(e.ctx(), cluster.PodSpec{Namespace: e.ns, Name: "d-0",
+		Labels: map[string]string{"app": "ds", "role": "decode", "pd-group": "a"}, Port: int32(e.port)}, "127.0.0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pods["d-0"] = pod
+
+	backends := fmt.Sprintf(`    prefill: {selector: "app=ds,role=prefill", port: %d}
+    decode: {selector: "app=ds,role=decode", port: %d}
+    groupLabel: pd-group`, e.port, e.port)
+	r := e.startRouter("router-0", "127.0.1.1", memoryStore, backends)
+	r.waitSelectable("decode", 1)
+	r.waitSelectable("prefill", 1)
+
+	if id := r.turn("s6h-0"); id != "d-0" {
+		t.Fatalf("answered by %q", id)
+	}
+	if h, want := <-got, fmt.Sprintf("127.0.0.2:%d", e.port); h != want {
+		t.Fatalf("x-prefiller-host-port = %q, want the prefill pod's %q", h, want)
+	}
+	if a := r.lastAccess("s6h-0"); a.PrefillPod != e.ns+"/p-0" || a.SelectedPod != e.ns+"/d-0" {
+		t.Fatalf("access log %+v", a)
 	}
 }
