@@ -123,7 +123,7 @@ func (r *RedisStore) validate(e *errs) {
 	if r.DB < 0 {
 		e.add(f+".db", "must be 0 or more, got %d", r.DB)
 	}
-	if r.DB != 0 && len(r.Addresses) > 1 && r.MasterName == "" {
+	if r.DB != 0 && len(r.Addresses) > 0 && r.MasterName == "" {
 		e.add(f+".db", "Redis Cluster has only db 0, got %d", r.DB)
 	}
 	if r.Timeout.Duration <= 0 {

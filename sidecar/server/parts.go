@@ -12,7 +12,9 @@ import (
 	"github.com/tetherproxy/tether/sidecar/discovery/kube"
 	"github.com/tetherproxy/tether/sidecar/jwtauth"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/store/gossip"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
+	redisstore "github.com/tetherproxy/tether/sidecar/store/redis"
 )
 
 // newStore builds the configured store. Shared stores fail here, before
@@ -21,8 +23,12 @@ func newStore(ctx context.Context, cfg *config.Config, deps Deps, reg prometheus
 	switch cfg.Store.Backend {
 	case config.StoreMemory:
 		return memory.New(memory.Options{MaxEntries: cfg.Store.Memory.MaxEntries}), nil
+	case config.StoreRedis:
+		return redisstore.New(ctx, cfg.Store.Redis, reg, log.With("store", "redis"))
+	case config.StoreGossip:
+		return gossip.New(ctx, cfg.Store.Gossip, gossip.Options{KubeClient: deps.Kube, Namespace: deps.Namespace}, reg, log.With("store", "gossip"))
 	default:
-		return nil, fmt.Errorf("store.backend: %q is not built into this binary yet", cfg.Store.Backend)
+		return nil, fmt.Errorf("store.backend: unknown backend %q", cfg.Store.Backend)
 	}
 }
 

@@ -284,7 +284,7 @@ func (s *Server) Run(ctx context.Context) error {
 	return runErr
 }
 
-// watchReady turns ready once every pool's discovery has synced.
+// watchReady turns ready once the store and every pool's discovery have synced.
 func (s *Server) watchReady(ctx context.Context) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
@@ -302,7 +302,13 @@ func (s *Server) watchReady(ctx context.Context) {
 	}
 }
 
+// synced: every pool's discovery has its first complete view, and a store
+// that receives state from peers (gossip) has it, so a new replica never
+// serves turns of sessions the ring already knows as new ones.
 func (s *Server) synced() bool {
+	if st, ok := s.store.(interface{ Synced() bool }); ok && !st.Synced() {
+		return false
+	}
 	for _, p := range s.pools {
 		if !p.source.Synced() {
 			return false
