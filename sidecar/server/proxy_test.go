@@ -57,6 +57,9 @@ func TestClientCancellationReachesBackend(t *testing.T) {
 	started := make(chan struct{})
 	cancelled := make(chan struct{})
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read the body as a model server does: Go's server notices a
+		// closed connection only once the body is consumed.
+		io.Copy(io.Discard, r.Body)
 		close(started)
 		<-r.Context().Done()
 		close(cancelled)
