@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
@@ -91,14 +92,35 @@ func New(o Options) *Handler {
 		// write by ReverseProxy itself; fixed-length ones need no flushing.
 		FlushInterval: 0,
 		ErrorLog:      slog.NewLogLogger(o.AccessLog.Handler(), slog.LevelWarn),
+		// Without a pool ReverseProxy allocates a 32 KiB copy buffer per request.
+		BufferPool: bufferPool{},
 	}
 	return h
+}
+
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// readBody reads a request body of at most limit bytes, sized up front
+// when the client declared its length.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if r.ContentLength > 0 && r.ContentLength <= limit {
+		buf := bytes.NewBuffer(make([]byte, 0, r.ContentLength+1))
+		_, err := buf.ReadFrom(body)
+		return buf.Bytes(), err
+	}
+	return io.ReadAll(body)
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.o.Now()
 	rec := &recorder{ResponseWriter: w}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	body, err := readBody(w, r, h.o.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -63,7 +63,7 @@ type sidecar struct {
 
 // startSidecar parses doc (YAML; listen addresses may use port 0), starts
 // the server and waits until it is ready.
-func startSidecar(t *testing.T, doc string) *sidecar {
+func startSidecar(t testing.TB, doc string) *sidecar {
 	t.Helper()
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
@@ -103,7 +103,7 @@ func (s *sidecar) url(pool, path string) string { return "http://" + s.srv.PoolA
 func (s *sidecar) admin(path string) string     { return "http://" + s.srv.AdminAddr() + path }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
