@@ -118,6 +118,60 @@ type Pool struct {
 	SessionSticky SessionSticky `json:"sessionSticky"`
 	Backends      Backends      `json:"backends"`
 	Affinity      Affinity      `json:"affinity,omitempty"`
+	// LoadMetrics scrapes the backends' queue lengths for balancing and
+	// soft affinity; nil means not scraped.
+	LoadMetrics *LoadMetrics `json:"loadMetrics,omitempty"`
+	// SessionToken writes the chosen backend into an authenticated
+	// response token that Token sources read back; nil means off.
+	SessionToken *SessionToken `json:"sessionToken,omitempty"`
+}
+
+// LoadMetrics configures scraping each backend's Prometheus endpoint.
+// Metric names are lists: the first one a backend exposes is used, so one
+// list covers vLLM (both generations of names) and SGLang.
+type LoadMetrics struct {
+	// Enabled defaults to true when the block is present.
+	Enabled  *bool    `json:"enabled,omitempty"`
+	Interval Duration `json:"interval,omitempty"`
+	Timeout  Duration `json:"timeout,omitempty"`
+	Path     string   `json:"path,omitempty"`
+	Waiting  []string `json:"waiting,omitempty"`
+	Running  []string `json:"running,omitempty"`
+	KVUsage  []string `json:"kvUsage,omitempty"`
+}
+
+// On reports whether scraping is enabled.
+func (l *LoadMetrics) On() bool { return l != nil && (l.Enabled == nil || *l.Enabled) }
+
+// Load is the pool's effective load scraping: the loadMetrics block, or
+// for a soft pool without one the defaults (soft affinity decides on
+// scraped queues). nil when nothing is scraped.
+func (p *Pool) Load() *LoadMetrics {
+	if p.LoadMetrics == nil && p.Affinity.Mode == AffinitySoft {
+		l := &LoadMetrics{}
+		l.setDefaults()
+		return l
+	}
+	if !p.LoadMetrics.On() {
+		return nil
+	}
+	return p.LoadMetrics
+}
+
+// SessionToken configures tether's stateless session tokens.
+type SessionToken struct {
+	// Header is the response header the token of the chosen backend is
+	// written to (a Token source reads it back from requests).
+	Header string `json:"header,omitempty"`
+	// PrefillHeader carries the token of the prefill pod in PD pools.
+	PrefillHeader string `json:"prefillHeader,omitempty"`
+	// KeyFile holds the HMAC-SHA256 key that signs and verifies tokens.
+	KeyFile string `json:"keyFile,omitempty"`
+	// PreviousKeyFile holds the key being rotated out: still verified.
+	PreviousKeyFile string `json:"previousKeyFile,omitempty"`
+	// AllowUnsigned accepts llm-d's plain base64("namespace/name") tokens,
+	// with which a client can aim at any pod of the pool.
+	AllowUnsigned bool `json:"allowUnsigned,omitempty"`
 }
 
 // SessionSticky is the ModelServer API's sticky-session block.
@@ -143,10 +197,13 @@ const (
 	SourceQuery    = "Query"
 	SourceCookie   = "Cookie"
 	SourceJWTClaim = "JWTClaim"
+	// SourceToken reads the header Name as a session token written by
+	// the sidecar (pool.sessionToken): it names a backend, not a session.
+	SourceToken = "Token"
 )
 
 // SourceTypes lists the valid source types in the order errors name them.
-var SourceTypes = []string{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim}
+var SourceTypes = []string{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken}
 
 // Backends says where a pool's model servers are: a static list, a
 // Kubernetes selector, or prefill/decode selectors for PD pools.
@@ -176,6 +233,10 @@ type Affinity struct {
 	Mode       string `json:"mode,omitempty"` // hard | soft
 	MaxWaiting int    `json:"maxWaiting,omitempty"`
 	LoadMargin int    `json:"loadMargin,omitempty"`
+	// Cooldown is how long after a binding was made (or moved) soft
+	// affinity leaves it alone, so sessions do not flap.
+	// Zero means DefaultAffinityCooldown (see CooldownOrDefault).
+	Cooldown Duration `json:"cooldown,omitzero"`
 }
 
 // Affinity modes.

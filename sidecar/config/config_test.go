@@ -247,7 +247,7 @@ func TestValidation(t *testing.T) {
 		{"no sources", doc("", pool("sessionSticky: {sources: []}")), `pools[0].sessionSticky.sources: at least one source is required`},
 		{"sources absent", doc("", pool("sessionSticky: {sessionAffinitySeconds: 5}")), `pools[0].sessionSticky.sources: at least one source is required`},
 		{"too many sources", doc("", pool("sessionSticky: {sources: ["+seventeen+"]}")), `pools[0].sessionSticky.sources: at most 16 sources are allowed, got 17`},
-		{"source type", doc("", pool("sessionSticky: {sources: [{type: Header, name: A}, {type: Heder, name: X}]}")), `pools[0].sessionSticky.sources[1].type: unknown source type "Heder" (want Header, Query, Cookie or JWTClaim)`},
+		{"source type", doc("", pool("sessionSticky: {sources: [{type: Header, name: A}, {type: Heder, name: X}]}")), `pools[0].sessionSticky.sources[1].type: unknown source type "Heder" (want Header, Query, Cookie, JWTClaim or Token)`},
 		{"source type case", doc("", pool("sessionSticky: {sources: [{type: header, name: X}]}")), `pools[0].sessionSticky.sources[0].type: unknown source type "header"`},
 		{"source name", doc("", pool("sessionSticky: {sources: [{type: Cookie}]}")), `pools[0].sessionSticky.sources[0].name: required for a Cookie source`},
 		{"header name", doc("", pool("sessionSticky: {sources: [{type: Header, name: X Session}]}")), `pools[0].sessionSticky.sources[0].name: "X Session" is not a valid HTTP header name`},
@@ -268,6 +268,16 @@ func TestValidation(t *testing.T) {
 		{"affinity mode", doc("", pool("affinity: {mode: medium}")), `pools[0].affinity.mode: unknown mode "medium" (want hard or soft)`},
 		{"affinity maxWaiting", doc("", pool("affinity: {maxWaiting: -1}")), `pools[0].affinity.maxWaiting: must be 0 or more, got -1`},
 		{"affinity loadMargin", doc("", pool("affinity: {loadMargin: -2}")), `pools[0].affinity.loadMargin: must be 0 or more, got -2`},
+		{"affinity cooldown", doc("", pool("affinity: {mode: soft, cooldown: -1s}")), `pools[0].affinity.cooldown: must not be negative, got -1s`},
+		{"soft without load", doc("", pool("affinity: {mode: soft}", "loadMetrics: {enabled: false}")), `pools[0].affinity.mode: soft affinity needs loadMetrics`},
+		{"load interval", doc("", pool("loadMetrics: {interval: -1s}")), `pools[0].loadMetrics.interval: must be positive, got -1s`},
+		{"load timeout", doc("", pool("loadMetrics: {interval: 1s, timeout: 2s}")), `pools[0].loadMetrics.timeout: must be positive and at most interval (1s), got 2s`},
+		{"load path", doc("", pool("loadMetrics: {path: metrics}")), `pools[0].loadMetrics.path: must start with /, got "metrics"`},
+		{"load name", doc("", pool("loadMetrics: {waiting: [ok, \"a b\"]}")), `pools[0].loadMetrics.waiting[1]: "a b" is not a metric name`},
+		{"token header", doc("", pool("sessionToken: {keyFile: k, header: \"a b\"}")), `pools[0].sessionToken.header: "a b" is not a valid HTTP header name`},
+		{"token key", doc("", pool("sessionToken: {}")), `pools[0].sessionToken.keyFile: required`},
+		{"Token without sessionToken", doc("", pool("sessionSticky: {sources: [{type: Token, name: x-session-token}]}")), `pools[0].sessionSticky.sources[0].type: a Token source needs the pool's sessionToken block`},
+		{"Token header name", doc("", pool("sessionSticky: {sources: [{type: Token, name: \"a b\"}]}", "sessionToken: {keyFile: k}")), `pools[0].sessionSticky.sources[0].name: "a b" is not a valid HTTP header name`},
 		{"shared listen needs models", doc("", pool("name: a"), pool("name: b", "models: [m]")), `pools[0].models: required when several pools share listen 127.0.0.1:15001`},
 		{"model served twice", doc("", pool("name: a", "models: [m1, m2]"), pool("name: b", "models: [m2]")), `pools[1].models: model "m2" is also served by pools[0] on listen 127.0.0.1:15001`},
 	}
@@ -310,6 +320,43 @@ func TestValidationAllErrors(t *testing.T) {
 		"pools[1].listen", "pools[1].backends", "pools[0].models", "pools[1].models", "pools[3].models"}
 	if !reflect.DeepEqual(fields, want) {
 		t.Fatalf("fields = %q\nwant %q", fields, want)
+	}
+}
+
+// TestSoftAndTokenDefaults: soft pools get a cool-down and load scraping
+// with the vLLM and SGLang names; hard pools get neither (their rendered
+// config stays as it was); a sessionToken block gets its header names.
+func TestSoftAndTokenDefaults(t *testing.T) {
+	c, err := Parse([]byte(doc("", pool("name: s", "models: [s]", "affinity: {mode: soft}", "sessionToken: {keyFile: k}"), pool("name: h", "models: [h]"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, h := c.Pools[0], c.Pools[1]
+	if s.Affinity.CooldownOrDefault() != DefaultAffinityCooldown || s.Load() == nil {
+		t.Fatalf("soft pool: cooldown %s, loadMetrics %+v", s.Affinity.Cooldown, s.Load())
+	}
+	l := s.Load()
+	if l.Interval.Duration != time.Second || l.Timeout.Duration != 500*time.Millisecond || l.Path != "/metrics" ||
+		!reflect.DeepEqual(l.Waiting, []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs"}) ||
+		!reflect.DeepEqual(l.KVUsage, []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}) {
+		t.Fatalf("loadMetrics defaults = %+v", l)
+	}
+	if s.SessionToken.Header != "x-session-token" || s.SessionToken.PrefillHeader != "x-prefill-session-token" {
+		t.Fatalf("sessionToken defaults = %+v", s.SessionToken)
+	}
+	if h.Affinity.Cooldown.Duration != 0 || h.Load() != nil || s.LoadMetrics != nil {
+		t.Fatalf("rendered config got soft defaults: %+v %+v %+v", h.Affinity, h.LoadMetrics, s.LoadMetrics)
+	}
+	c, err = Parse([]byte(doc("", pool("affinity: {cooldown: 5s}", "loadMetrics: {interval: 2s}"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Pools[0]; p.Affinity.CooldownOrDefault() != 5*time.Second || p.Load().Interval.Duration != 2*time.Second || p.Load().Timeout.Duration != DefaultLoadTimeout {
+		t.Fatalf("explicit values: %+v %+v", p.Affinity, p.Load())
+	}
+	off := false
+	if (&LoadMetrics{Enabled: &off}).On() {
+		t.Fatal("enabled: false is on")
 	}
 }
 

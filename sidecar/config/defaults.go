@@ -19,6 +19,12 @@ const (
 	DefaultPrefillHeader          = "x-prefiller-host-port"
 	DefaultMaxWaiting             = 8
 	DefaultLoadMargin             = 4
+	DefaultAffinityCooldown       = 30 * time.Second
+	DefaultLoadInterval           = time.Second
+	DefaultLoadTimeout            = 500 * time.Millisecond
+	DefaultLoadPath               = "/metrics"
+	DefaultSessionTokenHeader     = "x-session-token"
+	DefaultPrefillTokenHeader     = "x-prefill-session-token"
 	MaxSources                    = 16
 )
 
@@ -101,10 +107,51 @@ func (p *Pool) setDefaults(listen string) {
 	if a.LoadMargin == 0 {
 		a.LoadMargin = DefaultLoadMargin
 	}
+	// A hard pool's rendered config (the injector writes it into pods)
+	// stays as it was: the cool-down default is applied where it is read
+	// (CooldownOrDefault), and a soft pool without a loadMetrics block
+	// scrapes with the defaults (Pool.Load).
+	if p.LoadMetrics != nil {
+		p.LoadMetrics.setDefaults()
+	}
+	if t := p.SessionToken; t != nil {
+		if t.Header == "" {
+			t.Header = DefaultSessionTokenHeader
+		}
+		if t.PrefillHeader == "" {
+			t.PrefillHeader = DefaultPrefillTokenHeader
+		}
+	}
 }
 
 func setDuration(d *Duration, def time.Duration) {
 	if d.Duration == 0 {
 		d.Duration = def
+	}
+}
+
+// CooldownOrDefault is the soft-affinity cool-down: Cooldown, or
+// DefaultAffinityCooldown when unset.
+func (a Affinity) CooldownOrDefault() time.Duration {
+	if a.Cooldown.Duration == 0 {
+		return DefaultAffinityCooldown
+	}
+	return a.Cooldown.Duration
+}
+
+func (l *LoadMetrics) setDefaults() {
+	setDuration(&l.Interval, DefaultLoadInterval)
+	setDuration(&l.Timeout, DefaultLoadTimeout)
+	if l.Path == "" {
+		l.Path = DefaultLoadPath
+	}
+	if l.Waiting == nil {
+		l.Waiting = []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs"}
+	}
+	if l.Running == nil {
+		l.Running = []string{"vllm:num_requests_running", "sglang:num_running_reqs"}
+	}
+	if l.KVUsage == nil {
+		l.KVUsage = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}
 	}
 }

@@ -241,6 +241,57 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	if p.Affinity.LoadMargin < 0 {
 		e.add(f+".affinity.loadMargin", "must be 0 or more, got %d", p.Affinity.LoadMargin)
 	}
+	if p.Affinity.Cooldown.Duration < 0 {
+		e.add(f+".affinity.cooldown", "must not be negative, got %s", p.Affinity.Cooldown)
+	}
+	if p.Affinity.Mode == AffinitySoft && p.Load() == nil {
+		e.add(f+".affinity.mode", "soft affinity needs loadMetrics (it breaks pins on the scraped queue length)")
+	}
+	if p.LoadMetrics != nil {
+		p.LoadMetrics.validate(e, f+".loadMetrics")
+	}
+	if p.SessionToken != nil {
+		p.SessionToken.validate(e, f+".sessionToken")
+	}
+	for i, s := range p.SessionSticky.Sources {
+		if s.Type == SourceToken && p.SessionToken == nil {
+			e.add(fmt.Sprintf("%s.sessionSticky.sources[%d].type", f, i), "a Token source needs the pool's sessionToken block (keys to verify tokens)")
+		}
+	}
+}
+
+func (l *LoadMetrics) validate(e *errs, f string) {
+	if l.Interval.Duration <= 0 {
+		e.add(f+".interval", "must be positive, got %s", l.Interval)
+	}
+	if l.Timeout.Duration <= 0 || l.Timeout.Duration > l.Interval.Duration {
+		e.add(f+".timeout", "must be positive and at most interval (%s), got %s", l.Interval, l.Timeout)
+	}
+	if !strings.HasPrefix(l.Path, "/") {
+		e.add(f+".path", "must start with /, got %q", l.Path)
+	}
+	for _, n := range []struct {
+		f     string
+		names []string
+	}{{"waiting", l.Waiting}, {"running", l.Running}, {"kvUsage", l.KVUsage}} {
+		for i, name := range n.names {
+			if name == "" || strings.ContainsAny(name, " \t\r\n{}\"") {
+				e.add(fmt.Sprintf("%s.%s[%d]", f, n.f, i), "%q is not a metric name", name)
+			}
+		}
+	}
+}
+
+func (t *SessionToken) validate(e *errs, f string) {
+	if !httpguts.ValidHeaderFieldName(t.Header) {
+		e.add(f+".header", "%q is not a valid HTTP header name", t.Header)
+	}
+	if !httpguts.ValidHeaderFieldName(t.PrefillHeader) {
+		e.add(f+".prefillHeader", "%q is not a valid HTTP header name", t.PrefillHeader)
+	}
+	if t.KeyFile == "" {
+		e.add(f+".keyFile", "required (the HMAC key that signs tokens)")
+	}
 }
 
 // adder returns a function that records errors under a field prefix.
@@ -261,9 +312,9 @@ func ValidateSources(add func(suffix, format string, a ...any), sources []Source
 	for i, s := range sources {
 		at := fmt.Sprintf("[%d]", i)
 		switch s.Type {
-		case SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim:
+		case SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken:
 		default:
-			add(at+".type", "unknown source type %q (want Header, Query, Cookie or JWTClaim)", s.Type)
+			add(at+".type", "unknown source type %q (want Header, Query, Cookie, JWTClaim or Token)", s.Type)
 			continue
 		}
 		if s.Name == "" {
@@ -271,7 +322,7 @@ func ValidateSources(add func(suffix, format string, a ...any), sources []Source
 			continue
 		}
 		switch s.Type {
-		case SourceHeader:
+		case SourceHeader, SourceToken:
 			if !httpguts.ValidHeaderFieldName(s.Name) {
 				add(at+".name", "%q is not a valid HTTP header name", s.Name)
 			}
