@@ -1,0 +1,343 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/tetherproxy/tether/e2e/cluster"
+	"github.com/tetherproxy/tether/injector/rbac"
+)
+
+// The Helm chart on the real API server: scenario 10 applies it and checks
+// the RBAC it grants; scenario 9 (injector_test.go) runs the injector as
+// the chart deploys it and serves its webhook to the API server.
+
+const (
+	chartRelease   = "tether"
+	chartNamespace = "tether-system"
+	// Names the default release renders (charts/tether/templates/_helpers.tpl).
+	injectorName = "tether-injector"
+	sidecarRole  = "tether-sidecar"
+)
+
+// helmBinary is $TETHER_HELM (exported by the Makefile); the test fails,
+// never skips, when it is missing.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("TETHER_HELM")
+	if p == "" {
+		t.Fatal("TETHER_HELM is not set: run make helm (make e2e exports it)")
+	}
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+		t.Fatalf("helm not found at %s ($TETHER_HELM): run make helm", p)
+	}
+	return p
+}
+
+// renderChart is `helm template` of charts/tether into the release
+// namespace, decoded document by document.
+func renderChart(t *testing.T, sets ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"template", chartRelease, filepath.Join(cluster.RepoRoot(t), "charts", "tether"), "--namespace", chartNamespace}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	var out, errb bytes.Buffer
+	cmd := exec.Command(helmBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decoding the rendered chart: %v", err)
+		}
+		if len(m) == 0 { // an empty document (a template that rendered nothing)
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	if len(objs) == 0 {
+		t.Fatal("the chart rendered no objects")
+	}
+	return objs
+}
+
+// applyChart creates the release namespace and every rendered object, as
+// `helm template | kubectl create -f -` would: the dynamic client, with
+// kinds mapped to resources through the API server's own discovery. Any
+// object the API server rejects fails the test.
+func applyChart(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	c.CreateNamespace(t, chartNamespace, nil)
+	dc, err := discovery.NewDiscoveryClientForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: no such kind on this API server: %v", gvk, o.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			if o.GetNamespace() == "" {
+				o.SetNamespace(chartNamespace)
+			}
+			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		}
+		if _, err := ri.Create(ctx, o, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+			t.Fatalf("create %s %s/%s: %v", gvk.Kind, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+// findObject returns the rendered object of that kind and name.
+func findObject(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("the chart rendered no %s %s", kind, name)
+	return nil
+}
+
+// injector is a tether-injector process.
+type injector struct {
+	*cluster.Process
+	webhook string // host:port of the TLS webhook
+	admin   string
+}
+
+// startInjector runs bin/tether-injector with the arguments of the chart's
+// Deployment, authenticated as the chart's service account (so it has
+// exactly the chart's RBAC), listening on loopback, with 127.0.0.1 in its
+// self-managed serving certificate for a URL client config. It waits for
+// /readyz: a serving certificate stored in the chart's Secret.
+func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured) *injector {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(findObject(t, objs, "Deployment", injectorName).Object, &d); err != nil {
+		t.Fatal(err)
+	}
+	ct := d.Spec.Template.Spec.Containers[0]
+	webhook, admin := cluster.FreeAddr(t, "127.0.0.1"), cluster.FreeAddr(t, "127.0.0.1")
+	var args []string
+	for _, a := range ct.Args {
+		switch {
+		case strings.HasPrefix(a, "--listen="):
+			a = "--listen=" + webhook
+		case strings.HasPrefix(a, "--admin-listen="):
+			a = "--admin-listen=" + admin
+		}
+		// The kubelet expands $(VAR) from the container's env.
+		args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", chartNamespace))
+	}
+	args = append(args, "--extra-san=127.0.0.1",
+		"--kubeconfig="+c.ServiceAccountKubeconfig(t, chartNamespace, d.Spec.Template.Spec.ServiceAccountName))
+	p := cluster.StartProcess(t, "tether-injector", cluster.Binary(t, "tether-injector"), args, []string{"POD_NAMESPACE=" + chartNamespace})
+	inj := &injector{Process: p, webhook: webhook, admin: admin}
+	cluster.Eventually(t, time.Minute, "the injector's /readyz (serving certificate)", func() error {
+		if p.Exited() {
+			t.Fatalf("tether-injector exited: %v\n%s", p.Err(), p.Tail(30))
+		}
+		resp, err := client.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	return inj
+}
+
+// waitRoleBinding waits until the injector's sidecar RoleBinding exists in
+// ns (present) or is gone (!present).
+func waitRoleBinding(t *testing.T, c *cluster.Cluster, ns string, present bool) {
+	t.Helper()
+	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v", rbac.DefaultBindingName, ns, present), func() error {
+		rb, err := c.Client().RbacV1().RoleBindings(ns).Get(context.Background(), rbac.DefaultBindingName, metav1.GetOptions{})
+		switch {
+		case present && err != nil:
+			return err
+		case present && (rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != sidecarRole):
+			return fmt.Errorf("roleRef %+v", rb.RoleRef)
+		case !present && err == nil:
+			return errors.New("still there")
+		case !present && !apierrors.IsNotFound(err):
+			return err
+		}
+		return nil
+	})
+}
+
+// TestScenario10Chart: the chart renders and applies cleanly; the injector
+// runs with the chart's RBAC (as its service account) and binds the
+// chart's sidecar ClusterRole in a labelled namespace; a service account
+// there may then get, list and watch pods of its namespace, and nothing
+// more.
+func TestScenario10Chart(t *testing.T) {
+	ctx := context.Background()
+	c := cluster.Start(t)
+	objs := renderChart(t)
+	applyChart(t, c, objs)
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
+	}
+	t.Logf("applied %d objects: %s", len(objs), strings.Join(kinds, ", "))
+
+	// The injector keeps the Secret and the webhook's caBundle, which the
+	// chart's Role and ClusterRole must allow.
+	startInjector(t, c, objs)
+	cluster.Eventually(t, 30*time.Second, "caBundle on both webhooks", func() error {
+		mw, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, injectorName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, w := range mw.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				return fmt.Errorf("webhook %s has no caBundle", w.Name)
+			}
+		}
+		return nil
+	})
+	sec, err := c.Client().CoreV1().Secrets(chartNamespace).Get(ctx, injectorName+"-tls", metav1.GetOptions{})
+	if err != nil || len(sec.Data) == 0 {
+		t.Fatalf("the injector did not fill its Secret: %v (%d keys)", err, len(sec.Data))
+	}
+
+	// The pod is created before the namespace is labelled: the webhook
+	// still has the chart's Service client config, which nothing serves
+	// here (and a Service name must not be resolved off this machine).
+	c.CreateNamespace(t, "s10-app", nil)
+	c.CreateNamespace(t, "s10-other", nil)
+	if _, err := c.CreatePod(ctx, cluster.PodSpec{Namespace: "s10-app", Name: "model-0", Labels: map[string]string{"app": "ds"}, Port: 8000}); err != nil {
+		t.Fatal(err)
+	}
+	setNamespaceLabel(t, c, "s10-app", rbac.NamespaceLabelValue)
+	waitRoleBinding(t, c, "s10-app", true)
+	if _, err := c.Client().RbacV1().RoleBindings("s10-other").Get(ctx, rbac.DefaultBindingName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("unlabelled namespace got a sidecar RoleBinding (err %v)", err)
+	}
+
+	sa, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, "s10-app", "router"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s as s10-app/router: %v, want allowed", what, err)
+		}
+	}
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("%s as s10-app/router: %v, want Forbidden", what, err)
+		}
+	}
+	pods, err := sa.CoreV1().Pods("s10-app").List(ctx, metav1.ListOptions{})
+	allowed("list pods", err)
+	if len(pods.Items) != 1 {
+		t.Fatalf("listed %d pods, want 1", len(pods.Items))
+	}
+	_, err = sa.CoreV1().Pods("s10-app").Get(ctx, "model-0", metav1.GetOptions{})
+	allowed("get pod", err)
+	w, err := sa.CoreV1().Pods("s10-app").Watch(ctx, metav1.ListOptions{})
+	allowed("watch pods", err)
+	w.Stop()
+
+	_, err = sa.CoreV1().Secrets("s10-app").List(ctx, metav1.ListOptions{})
+	forbidden("list secrets", err)
+	_, err = sa.CoreV1().ConfigMaps("s10-app").List(ctx, metav1.ListOptions{})
+	forbidden("list configmaps", err)
+	_, err = sa.CoreV1().Pods("s10-app").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "intruder"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+	}, metav1.CreateOptions{})
+	forbidden("create pod", err)
+	forbidden("delete pod", sa.CoreV1().Pods("s10-app").Delete(ctx, "model-0", metav1.DeleteOptions{}))
+	_, err = sa.CoreV1().Pods("s10-app").UpdateStatus(ctx, pods.Items[0].DeepCopy(), metav1.UpdateOptions{})
+	forbidden("update pod status", err)
+	_, err = sa.CoreV1().Pods("s10-other").List(ctx, metav1.ListOptions{})
+	forbidden("list pods in another namespace", err)
+	_, err = sa.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	forbidden("list pods cluster-wide", err)
+	_, err = sa.CoreV1().Services("s10-app").List(ctx, metav1.ListOptions{})
+	forbidden("list services", err)
+
+	// Unlabelling the namespace takes the rights away again.
+	setNamespaceLabel(t, c, "s10-app", "")
+	waitRoleBinding(t, c, "s10-app", false)
+	cluster.Eventually(t, 10*time.Second, "list pods to be forbidden after unlabelling", func() error {
+		if _, err := sa.CoreV1().Pods("s10-app").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			return fmt.Errorf("list pods: %v", err)
+		}
+		return nil
+	})
+}
+
+// setNamespaceLabel sets the injection label of namespace ns to value, or
+// removes it when value is empty.
+func setNamespaceLabel(t *testing.T, c *cluster.Cluster, ns, value string) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := c.Client().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if value == "" {
+		delete(n.Labels, rbac.NamespaceLabel)
+	} else {
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels[rbac.NamespaceLabel] = value
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
