@@ -13,7 +13,7 @@ HELM_VERSION ?= v3.22.0
 HELM         := $(TOOLS)/helm-$(HELM_VERSION)/helm
 export TETHER_HELM := $(HELM)
 
-.PHONY: all build run test unit e2e lint fmt vet deps deps-redis helm kube-tools bench clean
+.PHONY: all build run test unit e2e fmt vet deps deps-redis helm kube-tools bench fuzz clean
 
 all: build
 
@@ -64,6 +64,17 @@ kube-tools:
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Every parser of untrusted input, FUZZTIME each.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+  FuzzExtract:./sidecar/session FuzzClaim:./sidecar/jwtauth FuzzParse:./sidecar/config \
+  FuzzDecode:./sidecar/store/gossip FuzzParseBinding:./sidecar/store/redis \
+  FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t%%:*} ($${t#*:}) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) "$${t#*:}"; done
 
 clean:
 	rm -rf $(BIN)
