@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -152,15 +153,16 @@ type injector struct {
 // Deployment, authenticated as the chart's service account (so it has
 // exactly the chart's RBAC), listening on loopback, with 127.0.0.1 in its
 // self-managed serving certificate for a URL client config. It waits for
-// /readyz: a serving certificate stored in the chart's Secret.
-func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured) *injector {
+// /readyz: a serving certificate stored in the chart's Secret. webhook is
+// its TLS address (host:port on 127.0.0.1).
+func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured, webhook string) *injector {
 	t.Helper()
 	var d appsv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(findObject(t, objs, "Deployment", injectorName).Object, &d); err != nil {
 		t.Fatal(err)
 	}
 	ct := d.Spec.Template.Spec.Containers[0]
-	webhook, admin := cluster.FreeAddr(t, "127.0.0.1"), cluster.FreeAddr(t, "127.0.0.1")
+	admin := cluster.FreeAddr(t, "127.0.0.1")
 	var args []string
 	for _, a := range ct.Args {
 		switch {
@@ -231,19 +233,8 @@ func TestScenario10Chart(t *testing.T) {
 
 	// The injector keeps the Secret and the webhook's caBundle, which the
 	// chart's Role and ClusterRole must allow.
-	startInjector(t, c, objs)
-	cluster.Eventually(t, 30*time.Second, "caBundle on both webhooks", func() error {
-		mw, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, injectorName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, w := range mw.Webhooks {
-			if len(w.ClientConfig.CABundle) == 0 {
-				return fmt.Errorf("webhook %s has no caBundle", w.Name)
-			}
-		}
-		return nil
-	})
+	startInjector(t, c, objs, cluster.FreeAddr(t, "127.0.0.1"))
+	waitCABundle(t, c)
 	sec, err := c.Client().CoreV1().Secrets(chartNamespace).Get(ctx, injectorName+"-tls", metav1.GetOptions{})
 	if err != nil || len(sec.Data) == 0 {
 		t.Fatalf("the injector did not fill its Secret: %v (%d keys)", err, len(sec.Data))
@@ -340,4 +331,25 @@ func setNamespaceLabel(t *testing.T, c *cluster.Cluster, ns, value string) {
 	if _, err := c.Client().CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitCABundle waits until the injector has filled the caBundle of every
+// entry of its MutatingWebhookConfiguration, and returns the entries.
+func waitCABundle(t *testing.T, c *cluster.Cluster) []admissionregv1.MutatingWebhook {
+	t.Helper()
+	var hooks []admissionregv1.MutatingWebhook
+	cluster.Eventually(t, 30*time.Second, "caBundle on every webhook entry", func() error {
+		mw, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), injectorName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, w := range mw.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				return fmt.Errorf("webhook %s has no caBundle", w.Name)
+			}
+		}
+		hooks = mw.Webhooks
+		return nil
+	})
+	return hooks
 }
