@@ -20,6 +20,7 @@ type Metrics struct {
 	Requests        *prometheus.CounterVec   // pool, decision, code
 	Sessions        *prometheus.CounterVec   // pool, result: hit|miss|rebind|broken
 	Rebinds         *prometheus.CounterVec   // pool, reason
+	AffinityBroken  *prometheus.CounterVec   // pool, reason
 	StoreFallbacks  *prometheus.CounterVec   // pool, op
 	Retries         *prometheus.CounterVec   // pool
 	BackendFailures *prometheus.CounterVec   // pool
@@ -53,6 +54,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tether_session_rebinds_total",
 			Help: "Sessions moved to another backend, by pool and reason.",
 		}, []string{"pool", "reason"}),
+		AffinityBroken: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_affinity_broken_total",
+			Help: "Pins broken by soft affinity (the session moved to a less loaded backend), by pool and reason.",
+		}, []string{"pool", "reason"}),
 		StoreFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_store_fallbacks_total",
 			Help: "Requests balanced without stickiness because the store failed, by pool and operation.",
@@ -80,7 +85,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: latencyBuckets,
 		}, []string{"pool"}),
 	}
-	reg.MustRegister(m.Requests, m.Sessions, m.Rebinds, m.StoreFallbacks, m.Retries,
+	reg.MustRegister(m.Requests, m.Sessions, m.Rebinds, m.AffinityBroken, m.StoreFallbacks, m.Retries,
 		m.BackendFailures, m.InFlight, m.UpstreamLatency, m.RequestDuration)
 	return m
 }

@@ -33,6 +33,18 @@ type Pool struct {
 	// PrefillHeader, in PD pools, carries the prefill pod's host:port to
 	// the decode pod.
 	PrefillHeader string
+	// Tokens, when set, writes the chosen backend into every response as
+	// a session token (header TokenHeader; the prefill backend's in
+	// PrefillTokenHeader).
+	Tokens             TokenSigner
+	TokenHeader        string
+	PrefillTokenHeader string
+}
+
+// TokenSigner makes session tokens; token.Codec implements it.
+type TokenSigner interface {
+	Sign(backend, prefill string, since time.Time) string
+	Prefill(prefill string, since time.Time) string
 }
 
 // Options configure a Handler.
@@ -85,9 +97,10 @@ func New(o Options) *Handler {
 		}
 	}
 	h.rp = &httputil.ReverseProxy{
-		Rewrite:      h.rewrite,
-		Transport:    &retryTransport{base: o.Transport, m: o.Metrics, now: o.Now},
-		ErrorHandler: h.proxyError,
+		Rewrite:        h.rewrite,
+		ModifyResponse: h.modifyResponse,
+		Transport:      &retryTransport{base: o.Transport, m: o.Metrics, now: o.Now},
+		ErrorHandler:   h.proxyError,
 		// Responses of unknown length (SSE, chunked) are flushed on every
 		// write by ReverseProxy itself; fixed-length ones need no flushing.
 		FlushInterval: 0,
@@ -185,6 +198,21 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Del(name)
 	}
 	target(pr.Out, att)
+}
+
+// modifyResponse writes the session token of the backend that answered
+// (after a retry, the second one), replacing any a backend set.
+func (h *Handler) modifyResponse(resp *http.Response) error {
+	att, _ := resp.Request.Context().Value(attemptKey{}).(*attempt)
+	if att == nil || att.pool.Tokens == nil || att.d.Backend.ID == "" {
+		return nil
+	}
+	p, d := att.pool, att.d
+	resp.Header.Set(p.TokenHeader, p.Tokens.Sign(d.Backend.ID, d.Prefill.ID, d.Since))
+	if d.Prefill.ID != "" && p.PrefillTokenHeader != "" {
+		resp.Header.Set(p.PrefillTokenHeader, p.Tokens.Prefill(d.Prefill.ID, d.Since))
+	}
+	return nil
 }
 
 // target aims out at att's current decision.

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/token"
 )
 
 // ErrNoBackend means the pool has no selectable backend (or pair) now.
@@ -35,10 +37,14 @@ type Decision struct {
 	KeyHash  string // short hash of the key for logs; never the key
 	// StoreError is set when the store failed and stickiness was skipped.
 	StoreError bool
+	// Since is when the session was placed on Backend (the binding's or
+	// the token's time; now for a new placement). Session tokens carry it.
+	Since time.Time
 
 	storeKey string
 	binding  store.Binding // the binding the request follows, when sticky
 	sticky   bool
+	avoid    string // a backend the next pick should avoid (overloaded pin)
 }
 
 // Options wires a Resolver. Every field but Now and Log is required.
@@ -54,6 +60,40 @@ type Options struct {
 	Metrics  *metrics.Metrics
 	Now      func() time.Time
 	Log      *slog.Logger
+	// Affinity is the pinning policy; the zero value is hard affinity.
+	Affinity Affinity
+	// Load reports scraped queue lengths (soft affinity); nil without scraping.
+	Load LoadReader
+	// Tokens reads Token-source keys; nil when the pool has no session tokens.
+	Tokens TokenVerifier
+}
+
+// Affinity is the soft-affinity policy (README "Affinity policy"): a pin
+// is broken when the pinned backend has more than MaxWaiting requests
+// waiting, more than LoadMargin above the least-waiting other backend, and
+// the session was placed at least Cooldown ago.
+type Affinity struct {
+	Soft       bool
+	MaxWaiting float64
+	LoadMargin float64
+	Cooldown   time.Duration
+}
+
+// AffinityFrom converts a pool's config.
+func AffinityFrom(a config.Affinity) Affinity {
+	return Affinity{Soft: a.Mode == config.AffinitySoft, MaxWaiting: float64(a.MaxWaiting),
+		LoadMargin: float64(a.LoadMargin), Cooldown: a.CooldownOrDefault()}
+}
+
+// LoadReader reports a backend's scraped queue length; ok is false
+// without a fresh sample. loadscrape.Scraper implements it.
+type LoadReader interface {
+	Waiting(id string) (float64, bool)
+}
+
+// TokenVerifier reads a session token. token.Codec implements it.
+type TokenVerifier interface {
+	Verify(tok string) (token.Payload, bool)
 }
 
 // Resolver makes the sticky decision for one pool.
@@ -81,14 +121,21 @@ func (r *Resolver) Resolve(ctx context.Context, req *http.Request) (*Decision, e
 	if key == "" {
 		return r.unsticky(set, &Decision{})
 	}
-	d := &Decision{Source: source, KeyHash: session.ShortHash(r.o.Pool, key), storeKey: session.StoreKey(r.o.Pool, key)}
+	d := &Decision{Source: source, KeyHash: session.ShortHash(r.o.Pool, key)}
+	if source == config.SourceToken {
+		return r.fromToken(set, d, key)
+	}
+	d.storeKey = session.StoreKey(r.o.Pool, key)
 	b, ok, err := r.o.Store.Lookup(ctx, d.storeKey, r.o.TTL)
 	if err != nil {
 		return r.storeFailed(set, d, "lookup", err)
 	}
 	if ok {
 		if be, pf, usable := r.usable(set, b); usable {
-			d.Backend, d.Prefill, d.binding, d.sticky, d.Decision = be, pf, b, true, metrics.DecisionHit
+			if r.overloaded(set, be, b.Created) {
+				return r.rebind(ctx, set, d, b, metrics.ReasonOverload)
+			}
+			d.Backend, d.Prefill, d.binding, d.sticky, d.Decision, d.Since = be, pf, b, true, metrics.DecisionHit, b.Created
 			r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionHit).Inc()
 			return d, nil
 		}
@@ -121,17 +168,115 @@ func (r *Resolver) rebind(ctx context.Context, set *discovery.Set, d *Decision, 
 		return r.storeFailed(set, d, "delete", err)
 	}
 	r.o.Metrics.Rebinds.WithLabelValues(r.o.Pool, reason).Inc()
+	if reason == metrics.ReasonOverload {
+		r.o.Metrics.AffinityBroken.WithLabelValues(r.o.Pool, reason).Inc()
+		d.avoid = old.Pod
+		return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, metrics.DecisionBroken)
+	}
 	return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, metrics.DecisionRebind)
+}
+
+// overloaded is soft affinity's test of a pin on be, placed at since:
+// break it when be's queue is over MaxWaiting and more than LoadMargin
+// above the least-waiting other live backend, and the cool-down since the
+// placement has passed. Backends without a fresh sample are not
+// candidates: an unknown queue is no reason to move a warm session.
+func (r *Resolver) overloaded(set *discovery.Set, be discovery.Backend, since time.Time) bool {
+	a := r.o.Affinity
+	if !a.Soft || r.o.Load == nil || r.o.Now().Sub(since) < a.Cooldown {
+		return false
+	}
+	w, ok := r.o.Load.Waiting(be.ID)
+	if !ok || w <= a.MaxWaiting {
+		return false
+	}
+	least, found := 0.0, false
+	for _, c := range set.Backends {
+		if c.ID == be.ID || r.o.Failed.Failed(c.ID) {
+			continue
+		}
+		if cw, ok := r.o.Load.Waiting(c.ID); ok && (!found || cw < least) {
+			least, found = cw, true
+		}
+	}
+	return found && w-least > a.LoadMargin
+}
+
+// fromToken routes by a session token (already verified by the
+// extractor): to its backend while that is selectable and not failed and
+// (soft affinity) not overloaded; otherwise balanced, and the response
+// carries a new token. No store is involved.
+func (r *Resolver) fromToken(set *discovery.Set, d *Decision, tok string) (*Decision, error) {
+	var p token.Payload
+	ok := r.o.Tokens != nil
+	if ok {
+		p, ok = r.o.Tokens.Verify(tok)
+	}
+	var be discovery.Backend
+	if ok {
+		be, ok = r.find(set.Backends, p.Backend)
+	}
+	if ok {
+		since := time.Time{}
+		if p.Since != 0 {
+			since = time.Unix(p.Since, 0)
+		}
+		if r.overloaded(set, be, since) {
+			r.o.Metrics.AffinityBroken.WithLabelValues(r.o.Pool, metrics.ReasonOverload).Inc()
+			r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionBroken).Inc()
+			d.avoid = be.ID
+			nd, err := r.unsticky(set, d)
+			if err == nil {
+				nd.Decision = metrics.DecisionBroken
+			}
+			return nd, err
+		}
+		var pf discovery.Backend
+		if r.o.PD {
+			if pf, ok = r.find(set.Prefill, p.Prefill); !ok || pf.Group != be.Group {
+				// The pair's prefill half is gone: any prefill of the group.
+				pf, ok = r.o.Balancer.Pick(set.Prefill, func(c discovery.Backend) bool {
+					return c.Group == be.Group && !r.o.Failed.Failed(c.ID)
+				})
+			}
+		}
+		if ok {
+			d.Backend, d.Prefill, d.Decision, d.Since = be, pf, metrics.DecisionHit, since
+			r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionHit).Inc()
+			return d, nil
+		}
+	}
+	r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionMiss).Inc()
+	nd, err := r.unsticky(set, d)
+	if err == nil {
+		nd.Decision = metrics.DecisionMiss
+	}
+	return nd, err
+}
+
+// find returns the live backend of list whose ID (signed tokens) or Name
+// (llm-d's unsigned namespace/name) is ref.
+func (r *Resolver) find(list []discovery.Backend, ref string) (discovery.Backend, bool) {
+	if ref == "" {
+		return discovery.Backend{}, false
+	}
+	for _, b := range list {
+		if (b.ID == ref || b.Name == ref) && !r.o.Failed.Failed(b.ID) {
+			return b, true
+		}
+	}
+	return discovery.Backend{}, false
 }
 
 // bind chooses a backend and commits it create-if-absent: when another
 // replica committed first, its choice is used if it is usable.
 func (r *Resolver) bind(ctx context.Context, set *discovery.Set, d *Decision, nb store.Binding, decision string) (*Decision, error) {
-	be, pf, ok := r.pick(set)
+	be, pf, ok := r.pick(set, d)
 	if !ok {
 		return nil, ErrNoBackend
 	}
 	nb.Pod, nb.PrefillPod, nb.Created = be.ID, pf.ID, r.o.Now()
+	d.Since = nb.Created
 	won, err := r.o.Store.Create(ctx, d.storeKey, nb, r.o.TTL)
 	if err != nil {
 		d.Backend, d.Prefill = be, pf
@@ -140,6 +285,7 @@ func (r *Resolver) bind(ctx context.Context, set *discovery.Set, d *Decision, nb
 	if !won.SameTarget(nb) {
 		if wbe, wpf, usable := r.usable(set, won); usable {
 			be, pf, nb = wbe, wpf, won
+			d.Since = won.Created
 		}
 		// An unusable winner (a peer bound to a backend this replica
 		// already sees as gone) is left to the next turn to rebind.
@@ -161,16 +307,29 @@ func (r *Resolver) storeFailed(set *discovery.Set, d *Decision, op string, err e
 }
 
 func (r *Resolver) unsticky(set *discovery.Set, d *Decision) (*Decision, error) {
-	be, pf, ok := r.pick(set)
+	be, pf, ok := r.pick(set, d)
 	if !ok {
 		return nil, ErrNoBackend
 	}
-	d.Backend, d.Prefill, d.Decision = be, pf, metrics.DecisionNone
+	d.Backend, d.Prefill, d.Decision, d.Since = be, pf, metrics.DecisionNone, r.o.Now()
 	return d, nil
 }
 
-func (r *Resolver) pick(set *discovery.Set) (be, pf discovery.Backend, ok bool) {
-	live := func(b discovery.Backend) bool { return !r.o.Failed.Failed(b.ID) }
+// pick balances among the live backends. A session being moved off an
+// overloaded backend (d.avoid) goes elsewhere if anywhere else is live.
+func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backend, ok bool) {
+	if d.avoid != "" {
+		avoid := d.avoid
+		d.avoid = ""
+		if be, pf, ok = r.pickIf(set, func(b discovery.Backend) bool { return b.ID != avoid }); ok {
+			return be, pf, ok
+		}
+	}
+	return r.pickIf(set, func(discovery.Backend) bool { return true })
+}
+
+func (r *Resolver) pickIf(set *discovery.Set, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
+	live := func(b discovery.Backend) bool { return !r.o.Failed.Failed(b.ID) && also(b) }
 	if r.o.PD {
 		return r.o.Balancer.PickPair(set.Backends, set.Prefill, live)
 	}

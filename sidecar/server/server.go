@@ -20,11 +20,13 @@ import (
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/loadscrape"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/token"
 )
 
 // Deps are what the server does not build from config alone.
@@ -105,7 +107,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	}
 
 	failed := resolve.NewFailSet(cfg.Proxy.FailTimeout.Duration, nil)
+	// Load scrapes have a transport of their own (no idle connections
+	// shared with the data path) under the same guard: only discovered
+	// backends are dialled.
+	scrapeTransport := proxy.NewTransport(proxy.TransportOptions{DialTimeout: cfg.Proxy.DialTimeout.Duration, Allowed: s.discovered})
+	s.closers = append(s.closers, scrapeTransport.CloseIdleConnections)
 	byListen := map[string][]proxy.Pool{}
+	tokenHeaders := map[string][]string{} // Token sources' request headers, by listen
 	var order []string
 	for _, pc := range cfg.Pools {
 		src, err := newSource(pc, deps, s.reg, log)
@@ -113,24 +121,51 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			return nil, err
 		}
 		s.starters = append(s.starters, src.Run)
-		bal := balance.New()
+		var balOpts []balance.Option
+		var load resolve.LoadReader
+		if lc := pc.Load(); lc != nil {
+			sc := loadscrape.New(loadscrape.Options{
+				Pool: pc.Name, Config: *lc, Backends: src, Client: &http.Client{Transport: scrapeTransport},
+				Reg: s.reg, Log: log.With("pool", pc.Name),
+			})
+			s.starters = append(s.starters, sc.Run)
+			balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
+			load = sc
+		}
+		bal := balance.New(balOpts...)
 		var keys session.ClaimReader
 		if claims != nil {
 			keys = claims
 		}
-		r := resolve.New(resolve.Options{
+		pp := proxy.Pool{Name: pc.Name, Models: pc.Models, Balancer: bal, PrefillHeader: pc.Backends.PrefillHeader}
+		ro := resolve.Options{
 			Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
-			Keys:  session.NewExtractor(pc.SessionSticky.Sources, keys),
 			Store: st, Backends: src, Balancer: bal, Failed: failed, Metrics: m,
-			Log: log.With("pool", pc.Name),
-		})
+			Log: log.With("pool", pc.Name), Affinity: resolve.AffinityFrom(pc.Affinity), Load: load,
+		}
+		var extractOpts []session.Option
+		if tc := pc.SessionToken; tc != nil {
+			codec, err := token.New(pc.Name, tc)
+			if err != nil {
+				return nil, fmt.Errorf("pools[%s].%w", pc.Name, err)
+			}
+			extractOpts = append(extractOpts, session.WithTokens(codec))
+			ro.Tokens = codec
+			pp.Tokens, pp.TokenHeader, pp.PrefillTokenHeader = codec, tc.Header, tc.PrefillHeader
+		}
+		for _, src := range pc.SessionSticky.Sources {
+			if src.Type == config.SourceToken {
+				tokenHeaders[pc.Listen] = append(tokenHeaders[pc.Listen], src.Name)
+			}
+		}
+		ro.Keys = session.NewExtractor(pc.SessionSticky.Sources, keys, extractOpts...)
+		r := resolve.New(ro)
+		pp.Resolver = r
 		s.pools[pc.Name] = &poolState{cfg: pc, source: src, resolver: r}
 		if _, seen := byListen[pc.Listen]; !seen {
 			order = append(order, pc.Listen)
 		}
-		byListen[pc.Listen] = append(byListen[pc.Listen], proxy.Pool{
-			Name: pc.Name, Models: pc.Models, Resolver: r, Balancer: bal, PrefillHeader: pc.Backends.PrefillHeader,
-		})
+		byListen[pc.Listen] = append(byListen[pc.Listen], pp)
 	}
 
 	transport := proxy.NewTransport(proxy.TransportOptions{
@@ -142,7 +177,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	for _, listen := range order {
 		h := proxy.New(proxy.Options{
 			Pools: byListen[listen], MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
-			Transport: transport, Metrics: m, AccessLog: log, StripHeaders: stripHeaders(byListen[listen]),
+			Transport: transport, Metrics: m, AccessLog: log, StripHeaders: append(stripHeaders(byListen[listen]), tokenHeaders[listen]...),
 		})
 		s.servers = append(s.servers, &http.Server{
 			Addr:              listen,
@@ -168,6 +203,11 @@ func stripHeaders(pools []proxy.Pool) []string {
 	for _, p := range pools {
 		if p.PrefillHeader != "" {
 			hs = append(hs, p.PrefillHeader)
+		}
+		// Session tokens are the sidecar's routing state, not the model
+		// server's business.
+		if p.Tokens != nil {
+			hs = append(hs, p.TokenHeader, p.PrefillTokenHeader)
 		}
 	}
 	return hs

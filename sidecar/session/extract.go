@@ -32,11 +32,25 @@ type MultiClaimReader interface {
 	Claims(token string, names []string) (values []string, ok bool)
 }
 
+// TokenChecker verifies session tokens (token.Codec implements it). A
+// Token source yields only a token it accepts, so a forged or foreign
+// token falls through to the next source.
+type TokenChecker interface {
+	Valid(token string) bool
+}
+
+// Option configures an Extractor.
+type Option func(*Extractor)
+
+// WithTokens lets Token sources yield keys; without it they never do.
+func WithTokens(t TokenChecker) Option { return func(e *Extractor) { e.tokens = t } }
+
 // Extractor finds a request's session key from a pool's sources, in order.
 // It is immutable and safe for concurrent use.
 type Extractor struct {
 	sources []source
 	claims  ClaimReader
+	tokens  TokenChecker
 	multi   bool // claims implements MultiClaimReader
 	// jwtNames lists the claim names of the JWTClaim sources in order;
 	// each JWTClaim source knows its index here.
@@ -51,13 +65,16 @@ type source struct {
 
 // NewExtractor prepares sources (validated by config) for extraction.
 // claims may be nil, in which case JWTClaim sources never yield a key.
-func NewExtractor(sources []config.Source, claims ClaimReader) *Extractor {
+func NewExtractor(sources []config.Source, claims ClaimReader, opts ...Option) *Extractor {
 	e := &Extractor{claims: claims}
+	for _, o := range opts {
+		o(e)
+	}
 	_, e.multi = claims.(MultiClaimReader)
 	for _, s := range sources {
 		src := source{typ: s.Type, name: s.Name}
 		switch s.Type {
-		case config.SourceHeader:
+		case config.SourceHeader, config.SourceToken:
 			// net/http stores header keys canonicalised, so looking up the
 			// canonical form is a case-insensitive match.
 			src.name = textproto.CanonicalMIMEHeaderKey(s.Name)
@@ -82,7 +99,10 @@ func NewExtractor(sources []config.Source, claims ClaimReader) *Extractor {
 // parse); a Cookie source matches the name exactly (case-sensitive) and
 // reads the first cookie of that name; a JWTClaim source reads the claim
 // from the `Authorization: Bearer` token (scheme case-insensitive) only if
-// the ClaimReader verified it. Values longer than MaxKeyBytes are absent.
+// the ClaimReader verified it; a Token source reads header Name like a
+// Header source but only a token the TokenChecker accepts (the key is then
+// the token, which the resolver reads a backend from rather than looking
+// it up). Values longer than MaxKeyBytes are absent.
 // The query string and the bearer token are each parsed at most once.
 func (e *Extractor) Extract(r *http.Request) (key string, sourceType string) {
 	var (
@@ -97,6 +117,10 @@ func (e *Extractor) Extract(r *http.Request) (key string, sourceType string) {
 		switch s.typ {
 		case config.SourceHeader:
 			if vs := r.Header[s.name]; len(vs) > 0 {
+				v = vs[0]
+			}
+		case config.SourceToken:
+			if vs := r.Header[s.name]; len(vs) > 0 && e.tokens != nil && e.tokens.Valid(vs[0]) {
 				v = vs[0]
 			}
 		case config.SourceQuery:

@@ -1,0 +1,159 @@
+// Package token is tether's stateless session token: the backend a
+// session was sent to, written into a response header and read back from
+// the next request, so a session sticks without any shared store.
+//
+// Unlike llm-d's plain base64("namespace/name"), the token is
+// authenticated, base64url(payload) "." base64url(HMAC-SHA256), so a client
+// cannot aim its traffic at a pod of its choosing. The payload names the
+// pool (a token of one pool is worthless in another), the backend, the
+// prefill backend of a PD pair, and when the session was placed there
+// (soft affinity's cool-down holds across replicas without a store).
+// Keys rotate: the current key signs, the current and the previous key
+// verify.
+package token
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tetherproxy/tether/sidecar/config"
+)
+
+// MaxTokenBytes bounds a token read from a request; a real one is ~150 bytes.
+const MaxTokenBytes = 1024
+
+// MinKeyBytes is the shortest HMAC key accepted (RFC 2104: at least the
+// hash output length).
+const MinKeyBytes = 32
+
+// domain separates tether's MACs from any other use of the same key.
+const domain = "tether-session-token/v1."
+
+// Payload is what a token says.
+type Payload struct {
+	Pool    string `json:"p"`
+	Backend string `json:"b"`
+	Prefill string `json:"f,omitempty"`
+	// Since is when the session was placed on Backend (unix seconds).
+	Since int64 `json:"t,omitempty"`
+}
+
+// Codec signs and verifies the tokens of one pool.
+type Codec struct {
+	pool          string
+	cur, prev     []byte
+	allowUnsigned bool
+}
+
+// New reads the keys of cfg. Key files hold the raw key; surrounding
+// whitespace (a trailing newline) is trimmed.
+func New(pool string, cfg *config.SessionToken) (*Codec, error) {
+	cur, err := readKey(cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("sessionToken.keyFile: %w", err)
+	}
+	var prev []byte
+	if cfg.PreviousKeyFile != "" {
+		if prev, err = readKey(cfg.PreviousKeyFile); err != nil {
+			return nil, fmt.Errorf("sessionToken.previousKeyFile: %w", err)
+		}
+	}
+	return NewWithKeys(pool, cur, prev, cfg.AllowUnsigned), nil
+}
+
+func readKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < MinKeyBytes {
+		return nil, fmt.Errorf("%s: key is %d bytes, at least %d are required", path, len(b), MinKeyBytes)
+	}
+	return b, nil
+}
+
+// NewWithKeys returns a Codec with the given keys (prev may be nil).
+func NewWithKeys(pool string, cur, prev []byte, allowUnsigned bool) *Codec {
+	return &Codec{pool: pool, cur: cur, prev: prev, allowUnsigned: allowUnsigned}
+}
+
+// Sign returns the token of backend (and prefill, in PD pools), placed at since.
+func (c *Codec) Sign(backend, prefill string, since time.Time) string {
+	var t int64
+	if !since.IsZero() {
+		t = since.Unix()
+	}
+	p, _ := json.Marshal(Payload{Pool: c.pool, Backend: backend, Prefill: prefill, Since: t})
+	enc := base64.RawURLEncoding.EncodeToString(p)
+	return enc + "." + base64.RawURLEncoding.EncodeToString(mac(c.cur, enc))
+}
+
+// Prefill returns the llm-d-style companion token of a PD pair's prefill
+// backend: signed like any other, naming the prefill backend.
+func (c *Codec) Prefill(prefill string, since time.Time) string { return c.Sign(prefill, "", since) }
+
+func mac(key []byte, enc string) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(domain))
+	h.Write([]byte(enc))
+	return h.Sum(nil)
+}
+
+// Verify returns the payload of a token signed with the current or the
+// previous key for this pool. With allowUnsigned, a token without a MAC
+// is read as llm-d's base64("namespace/name") (or a static backend's
+// host:port) and returned as Backend, to be matched by name.
+func (c *Codec) Verify(tok string) (Payload, bool) {
+	if tok == "" || len(tok) > MaxTokenBytes {
+		return Payload{}, false
+	}
+	enc, sig, signed := strings.Cut(tok, ".")
+	if !signed {
+		return c.unsigned(tok)
+	}
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || len(got) != sha256.Size {
+		return Payload{}, false
+	}
+	if !hmac.Equal(got, mac(c.cur, enc)) && (c.prev == nil || !hmac.Equal(got, mac(c.prev, enc))) {
+		return Payload{}, false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return Payload{}, false
+	}
+	var p Payload
+	if json.Unmarshal(raw, &p) != nil || p.Pool != c.pool || p.Backend == "" {
+		return Payload{}, false
+	}
+	return p, true
+}
+
+func (c *Codec) unsigned(tok string) (Payload, bool) {
+	if !c.allowUnsigned {
+		return Payload{}, false
+	}
+	raw, err := base64.StdEncoding.DecodeString(tok)
+	if err != nil {
+		if raw, err = base64.RawStdEncoding.DecodeString(tok); err != nil {
+			return Payload{}, false
+		}
+	}
+	name := string(raw)
+	if name == "" || !utf8.ValidString(name) || strings.ContainsAny(name, "\x00\n\r") {
+		return Payload{}, false
+	}
+	return Payload{Pool: c.pool, Backend: name}, true
+}
+
+// Valid reports whether Verify accepts tok (session.TokenChecker).
+func (c *Codec) Valid(tok string) bool { _, ok := c.Verify(tok); return ok }
