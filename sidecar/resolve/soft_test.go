@@ -1,0 +1,218 @@
+package resolve
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/token"
+)
+
+// fakeLoad is a LoadReader whose queue lengths the test sets; a backend
+// absent from the map has no fresh sample.
+type fakeLoad struct {
+	mu sync.Mutex
+	w  map[string]float64
+}
+
+func (l *fakeLoad) set(id string, w float64) { l.mu.Lock(); l.w[id] = w; l.mu.Unlock() }
+func (l *fakeLoad) Waiting(id string) (float64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w, ok := l.w[id]
+	return w, ok
+}
+
+func softFixture(t *testing.T, soft bool) (*fixture, *fakeLoad) {
+	f := newFixture(t, nil, newSource(be("a"), be("b"), be("c")), false)
+	l := &fakeLoad{w: map[string]float64{}}
+	f.r.o.Load = l
+	f.r.o.Affinity = AffinityFrom(config.Affinity{Mode: map[bool]string{true: config.AffinitySoft, false: config.AffinityHard}[soft], MaxWaiting: 8, LoadMargin: 4, Cooldown: config.Duration{Duration: 30 * time.Second}})
+	return f, l
+}
+
+// TestSoftBreakConditions: a pin is broken only when every condition
+// holds: soft mode, a fresh sample over maxWaiting, more than loadMargin
+// above the least-waiting other backend, and the cool-down passed.
+func TestSoftBreakConditions(t *testing.T) {
+	cases := []struct {
+		name    string
+		soft    bool
+		pinned  float64 // waiting on the pinned backend; <0: no sample
+		others  float64 // waiting on the others; <0: no sample
+		elapsed time.Duration
+		broken  bool
+	}{
+		{"overloaded", true, 20, 0, time.Minute, true},
+		{"hard mode", false, 20, 0, time.Minute, false},
+		{"at maxWaiting", true, 8, 0, time.Minute, false},
+		{"within margin", true, 12, 8, time.Minute, false},
+		{"just over margin", true, 13, 8, time.Minute, true},
+		{"cool-down", true, 20, 0, 29 * time.Second, false},
+		{"cool-down passed exactly", true, 20, 0, 30 * time.Second, true},
+		{"no sample of the pin", true, -1, 0, time.Minute, false},
+		{"no sample of any other", true, 20, -1, time.Minute, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, l := softFixture(t, tc.soft)
+			first := f.resolve(t, "s1")
+			for _, id := range []string{"a", "b", "c"} {
+				w := tc.others
+				if id == first.Backend.ID {
+					w = tc.pinned
+				}
+				if w >= 0 {
+					l.set(id, w)
+				}
+			}
+			f.now = f.now.Add(tc.elapsed)
+			d := f.resolve(t, "s1")
+			if got := d.Decision == metrics.DecisionBroken; got != tc.broken {
+				t.Fatalf("decision %s on %s (pinned %s), want broken=%v", d.Decision, d.Backend.ID, first.Backend.ID, tc.broken)
+			}
+			if tc.broken && d.Backend.ID == first.Backend.ID {
+				t.Fatal("broken pin stayed on the overloaded backend")
+			}
+			if !tc.broken && d.Backend.ID != first.Backend.ID {
+				t.Fatalf("moved to %s without breaking", d.Backend.ID)
+			}
+		})
+	}
+}
+
+// TestSoftBreakRebindsOnceThenCoolsDown: a broken pin is rebound with a
+// higher generation and counted; the new binding's creation time starts
+// the cool-down, so the session is not moved again however loaded its new
+// backend gets, until the cool-down has passed.
+func TestSoftBreakRebindsOnceThenCoolsDown(t *testing.T) {
+	f, l := softFixture(t, true)
+	first := f.resolve(t, "s1")
+	for _, id := range []string{"a", "b", "c"} {
+		l.set(id, 0)
+	}
+	l.set(first.Backend.ID, 30)
+	f.now = f.now.Add(time.Minute)
+	moved := f.resolve(t, "s1")
+	if moved.Decision != metrics.DecisionBroken || moved.Backend.ID == first.Backend.ID {
+		t.Fatalf("moved = %+v", moved)
+	}
+	b, ok, _ := f.store.Peek(context.Background(), moved.storeKey)
+	if !ok || b.Pod != moved.Backend.ID || b.Gen != 2 || !b.Created.Equal(f.now) {
+		t.Fatalf("binding after break = %+v %v", b, ok)
+	}
+	m := f.r.o.Metrics
+	if n := testutil.ToFloat64(m.AffinityBroken.WithLabelValues("ns/pool", "overload")); n != 1 {
+		t.Fatalf("tether_affinity_broken_total = %v", n)
+	}
+	if n := testutil.ToFloat64(m.Sessions.WithLabelValues("ns/pool", metrics.DecisionBroken)); n != 1 {
+		t.Fatalf("broken lookups = %v", n)
+	}
+	// Now the new backend is the overloaded one, the old one idle.
+	l.set(first.Backend.ID, 0)
+	l.set(moved.Backend.ID, 50)
+	for i := 0; i < 5; i++ {
+		f.now = f.now.Add(5 * time.Second)
+		if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionHit || d.Backend.ID != moved.Backend.ID {
+			t.Fatalf("within cool-down: %+v", d)
+		}
+	}
+	f.now = f.now.Add(5 * time.Second)
+	if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionBroken || d.Backend.ID == moved.Backend.ID {
+		t.Fatalf("after cool-down: %+v", d)
+	}
+}
+
+// TestSoftBreakLosesToPeer: when another replica broke the pin first, the
+// CompareAndDelete of the old binding fails and its new binding wins.
+func TestSoftBreakLosesToPeer(t *testing.T) {
+	f, l := softFixture(t, true)
+	first := f.resolve(t, "s1")
+	old, _, _ := f.store.Peek(context.Background(), first.storeKey)
+	for _, id := range []string{"a", "b", "c"} {
+		l.set(id, 0)
+	}
+	l.set(first.Backend.ID, 30)
+	f.now = f.now.Add(time.Minute)
+	// A peer moved the session to some other backend already.
+	var peer string
+	for _, id := range []string{"a", "b", "c"} {
+		if id != first.Backend.ID {
+			peer = id
+		}
+	}
+	f.store.CompareAndDelete(context.Background(), first.storeKey, old)
+	f.store.Create(context.Background(), first.storeKey, store.Binding{Pod: peer, Gen: 2, Created: f.now}, time.Minute)
+	if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionHit || d.Backend.ID != peer {
+		t.Fatalf("after a peer's break: %+v, want hit on %s", d, peer)
+	}
+}
+
+// tokenKeys is an Extractor yielding X-Token as a Token source.
+type tokenKeys struct{}
+
+func (tokenKeys) Extract(r *http.Request) (string, string) {
+	if k := r.Header.Get("X-Token"); k != "" {
+		return k, config.SourceToken
+	}
+	return "", ""
+}
+
+func tokenReq(tok string) *http.Request {
+	r := req("")
+	r.Header.Set("X-Token", tok)
+	return r
+}
+
+// TestTokenRouting: a token routes to its backend while selectable, with
+// no store; a token of a gone or failed backend is balanced (miss); soft
+// affinity breaks an overloaded token's pin after the cool-down.
+func TestTokenRouting(t *testing.T) {
+	src := newSource(be("a"), be("b"), be("c"))
+	f := newFixture(t, nil, src, false)
+	codec := token.NewWithKeys("ns/pool", []byte("0123456789abcdef0123456789abcdef"), nil, true)
+	f.r.o.Keys, f.r.o.Tokens = tokenKeys{}, codec
+	l := &fakeLoad{w: map[string]float64{"a": 0, "b": 0, "c": 0}}
+	f.r.o.Load = l
+	f.r.o.Affinity = Affinity{Soft: true, MaxWaiting: 8, LoadMargin: 4, Cooldown: 30 * time.Second}
+	res := func(tok string) *Decision {
+		d, err := f.r.Resolve(context.Background(), tokenReq(tok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	placed := f.now.Add(-10 * time.Second)
+	for i := 0; i < 10; i++ {
+		if d := res(codec.Sign("b", "", placed)); d.Decision != metrics.DecisionHit || d.Backend.ID != "b" || !d.Since.Equal(placed) || d.Source != config.SourceToken {
+			t.Fatalf("token for b: %+v", d)
+		}
+	}
+	if n := f.store.(store.Counter).Len(); n != 0 {
+		t.Fatalf("token routing wrote %d bindings", n)
+	}
+	if d := res("bm90LWEtdG9rZW4="); d.Decision != metrics.DecisionMiss { // unsigned "not-a-token"
+		t.Fatalf("token of an unknown backend: %+v", d)
+	}
+	if d := res("Yw=="); d.Decision != metrics.DecisionHit || d.Backend.ID != "c" { // unsigned "c"
+		t.Fatalf("unsigned token by name: %+v", d)
+	}
+	f.r.o.Failed.Mark("b")
+	if d := res(codec.Sign("b", "", placed)); d.Decision != metrics.DecisionMiss || d.Backend.ID == "b" {
+		t.Fatalf("token of a failed backend: %+v", d)
+	}
+	l.set("c", 20)
+	if d := res(codec.Sign("c", "", placed)); d.Decision != metrics.DecisionHit {
+		t.Fatalf("overloaded within cool-down: %+v", d)
+	}
+	if d := res(codec.Sign("c", "", placed.Add(-time.Minute))); d.Decision != metrics.DecisionBroken || d.Backend.ID != "a" || !d.Since.Equal(f.now) {
+		t.Fatalf("overloaded after cool-down: %+v, want broken to a (b failed)", d)
+	}
+}

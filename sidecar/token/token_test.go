@@ -1,0 +1,140 @@
+package token
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/config"
+)
+
+var (
+	keyA = []byte(strings.Repeat("a", 32))
+	keyB = []byte(strings.Repeat("b", 32))
+)
+
+func TestSignVerify(t *testing.T) {
+	c := NewWithKeys("ns/pool", keyA, nil, false)
+	since := time.Unix(1_700_000_000, 0)
+	tok := c.Sign("ns/pod-0/uid", "ns/prefill-1/uid", since)
+	p, ok := c.Verify(tok)
+	if !ok || p != (Payload{Pool: "ns/pool", Backend: "ns/pod-0/uid", Prefill: "ns/prefill-1/uid", Since: since.Unix()}) {
+		t.Fatalf("Verify = %+v %v", p, ok)
+	}
+	if !c.Valid(tok) || strings.ContainsAny(tok, "+/= ") {
+		t.Fatalf("token %q is not a valid URL-safe token", tok)
+	}
+}
+
+// TestRejects: every way a client could aim at a backend of its choice fails.
+func TestRejects(t *testing.T) {
+	c := NewWithKeys("ns/pool", keyA, nil, false)
+	good := c.Sign("ns/pod-0/uid", "", time.Time{})
+	enc, sig, _ := strings.Cut(good, ".")
+	forged := base64.RawURLEncoding.EncodeToString([]byte(`{"p":"ns/pool","b":"ns/pod-9/uid"}`))
+	cases := map[string]string{
+		"empty":              "",
+		"payload swapped":    forged + "." + sig,
+		"signature cut":      enc + "." + sig[:10],
+		"signature flipped":  enc + "." + strings.ToUpper(sig[:1]) + strings.ToLower(sig[1:2]) + sig[2:],
+		"other key":          NewWithKeys("ns/pool", keyB, nil, false).Sign("ns/pod-0/uid", "", time.Time{}),
+		"other pool":         NewWithKeys("ns/other", keyA, nil, false).Sign("ns/pod-0/uid", "", time.Time{}),
+		"unsigned, disabled": base64.StdEncoding.EncodeToString([]byte("ns/pod-0")),
+		"too long":           enc + strings.Repeat("A", MaxTokenBytes) + "." + sig,
+		"no backend": func() string {
+			e := base64.RawURLEncoding.EncodeToString([]byte(`{"p":"ns/pool"}`))
+			return e + "." + base64.RawURLEncoding.EncodeToString(mac(keyA, e))
+		}(),
+		"payload not JSON": func() string {
+			e := base64.RawURLEncoding.EncodeToString([]byte(`ns/pod`))
+			return e + "." + base64.RawURLEncoding.EncodeToString(mac(keyA, e))
+		}(),
+		"two dots": good + ".x",
+	}
+	for name, tok := range cases {
+		if p, ok := c.Verify(tok); ok {
+			t.Errorf("%s: Verify(%q) = %+v, accepted", name, tok, p)
+		}
+	}
+}
+
+// TestRotation: the current key signs; tokens of the previous key still
+// verify, tokens of a key older than that do not.
+func TestRotation(t *testing.T) {
+	old := NewWithKeys("p", keyA, nil, false).Sign("b1", "", time.Time{})
+	rotated := NewWithKeys("p", keyB, keyA, false)
+	if _, ok := rotated.Verify(old); !ok {
+		t.Fatal("token of the previous key rejected")
+	}
+	fresh := rotated.Sign("b1", "", time.Time{})
+	if _, ok := NewWithKeys("p", keyB, nil, false).Verify(fresh); !ok {
+		t.Fatal("new tokens are not signed with the current key")
+	}
+	keyC := []byte(strings.Repeat("c", 32))
+	if _, ok := NewWithKeys("p", keyC, keyB, false).Verify(old); ok {
+		t.Fatal("token of a retired key accepted")
+	}
+}
+
+func TestUnsigned(t *testing.T) {
+	c := NewWithKeys("p", keyA, nil, true)
+	for tok, want := range map[string]string{
+		base64.StdEncoding.EncodeToString([]byte("default/vllm-0")): "default/vllm-0",
+		base64.RawStdEncoding.EncodeToString([]byte("ns/a")):        "ns/a",
+	} {
+		if p, ok := c.Verify(tok); !ok || p.Backend != want || p.Pool != "p" {
+			t.Errorf("Verify(%q) = %+v %v, want backend %q", tok, p, ok, want)
+		}
+	}
+	for _, bad := range []string{"!!!", base64.StdEncoding.EncodeToString([]byte("a\nb")), base64.StdEncoding.EncodeToString([]byte{0xff})} {
+		if p, ok := c.Verify(bad); ok {
+			t.Errorf("Verify(%q) = %+v, accepted", bad, p)
+		}
+	}
+	// Signed tokens still need their MAC when unsigned ones are allowed.
+	enc := base64.RawURLEncoding.EncodeToString([]byte(`{"p":"p","b":"x"}`))
+	if _, ok := c.Verify(enc + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 32))); ok {
+		t.Fatal("bad MAC accepted with allowUnsigned")
+	}
+}
+
+func TestNewReadsKeyFiles(t *testing.T) {
+	dir := t.TempDir()
+	cur, prev, short := filepath.Join(dir, "cur"), filepath.Join(dir, "prev"), filepath.Join(dir, "short")
+	os.WriteFile(cur, append(keyB, '\n'), 0o600)
+	os.WriteFile(prev, keyA, 0o600)
+	os.WriteFile(short, []byte("tiny"), 0o600)
+	c, err := New("p", &config.SessionToken{KeyFile: cur, PreviousKeyFile: prev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Valid(NewWithKeys("p", keyA, nil, false).Sign("b", "", time.Time{})) || !c.Valid(NewWithKeys("p", keyB, nil, false).Sign("b", "", time.Time{})) {
+		t.Fatal("keys from files do not verify")
+	}
+	if _, err := New("p", &config.SessionToken{KeyFile: short}); err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Fatalf("short key: %v", err)
+	}
+	if _, err := New("p", &config.SessionToken{KeyFile: cur, PreviousKeyFile: filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "previousKeyFile") {
+		t.Fatalf("missing previous key: %v", err)
+	}
+}
+
+// FuzzVerify: no input panics, and anything accepted without unsigned
+// tokens was signed for this pool.
+func FuzzVerify(f *testing.F) {
+	c := NewWithKeys("p", keyA, keyB, false)
+	u := NewWithKeys("p", keyA, keyB, true)
+	f.Add(c.Sign("b", "f", time.Unix(1, 0)))
+	f.Add(base64.StdEncoding.EncodeToString([]byte("ns/name")))
+	f.Add("a.b")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, tok string) {
+		if p, ok := c.Verify(tok); ok && (p.Pool != "p" || p.Backend == "" || !strings.Contains(tok, ".")) {
+			t.Fatalf("accepted %q as %+v", tok, p)
+		}
+		u.Verify(tok)
+	})
+}
