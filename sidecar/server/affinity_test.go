@@ -1,0 +1,251 @@
+package server_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/modelsim/sim"
+)
+
+// startQueueingBackends starts modelsim backends that run one request at
+// a time, so extra requests wait (vllm:num_requests_waiting > 0).
+func startQueueingBackends(t *testing.T, n int) []*backend {
+	t.Helper()
+	bs := make([]*backend, n)
+	for i := range bs {
+		s := sim.New(sim.Options{ID: fmt.Sprintf("sim-%d", i), MaxRunning: 1})
+		bs[i] = &backend{sim: s, srv: httptest.NewServer(s)}
+		t.Cleanup(bs[i].srv.Close)
+	}
+	return bs
+}
+
+func affinityConfig(bs []*backend, affinity, extra string) string {
+	a, _ := json.Marshal(addrs(bs))
+	return fmt.Sprintf(`
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+pools:
+  - name: default/m
+    sessionSticky:
+      sources: [{type: Header, name: X-Session-ID}]
+    backends:
+      static: %s
+    affinity: %s
+    loadMetrics: {interval: 50ms, timeout: 50ms}
+%s`, a, affinity, extra)
+}
+
+// jam makes b slow (an hour per output token) and queues n requests on it
+// directly, as other replicas' sessions would; the returned function
+// makes b fast again and waits for the jam to drain.
+func jam(t *testing.T, b *backend, n int) (release func()) {
+	t.Helper()
+	b.sim.SetTiming(0, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, "POST", b.srv.URL+"/v1/completions", strings.NewReader(`{"model":"modelsim","prompt":"other replica","max_tokens":2}`))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		})
+	}
+	eventually(t, 10*time.Second, "jam queued", func() bool { return b.sim.Stats().Waiting == n-1 })
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			b.sim.SetTiming(0, 0)
+			cancel()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// scraped waits until the sidecar's scrape shows b's queue at waiting.
+func scraped(t *testing.T, sc *sidecar, b *backend, waiting int) {
+	t.Helper()
+	want := fmt.Sprintf(`tether_backend_waiting_requests{backend=%q,pool="default/m"} %d`, b.addr(), waiting)
+	eventually(t, 10*time.Second, "scrape of "+want, func() bool { return strings.Contains(metricsText(t, sc), want) })
+}
+
+func metricsText(t *testing.T, sc *sidecar) string {
+	resp, err := http.Get(sc.admin("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			return sb.String()
+		}
+	}
+}
+
+func byID(bs []*backend, id string) *backend {
+	for _, b := range bs {
+		if b.sim.ID() == id {
+			return b
+		}
+	}
+	return nil
+}
+
+func session(id string) func(*http.Request) {
+	return func(r *http.Request) { r.Header.Set("X-Session-ID", id) }
+}
+
+// TestHardAffinityStaysOnQueuedBackend: with hard affinity the next turn
+// goes to its backend however long that backend's queue is.
+func TestHardAffinityStaysOnQueuedBackend(t *testing.T) {
+	bs := startQueueingBackends(t, 2)
+	sc := startSidecar(t, affinityConfig(bs, "{mode: hard}", ""))
+	first := chat(t, sc.url("default/m", "/v1/chat/completions"), conversation(1), session("s1"))
+	pinned := byID(bs, first.backend)
+	release := jam(t, pinned, 12)
+	scraped(t, sc, pinned, 11)
+
+	done := make(chan result, 1)
+	go func() { done <- chat(t, sc.url("default/m", "/v1/chat/completions"), conversation(2), session("s1")) }()
+	eventually(t, 10*time.Second, "turn 2 queued on the pinned backend", func() bool { return pinned.sim.Stats().Waiting == 12 })
+	release()
+	if r := <-done; r.status != 200 || r.backend != first.backend {
+		t.Fatalf("turn 2 = %d on %s, want 200 on %s", r.status, r.backend, first.backend)
+	}
+	if m := metricsText(t, sc); strings.Contains(m, "tether_affinity_broken_total{") {
+		t.Fatalf("hard affinity broke a pin:\n%s", m)
+	}
+}
+
+// TestSoftAffinityMovesOnceAndStays: with soft affinity the turn after
+// the pinned backend's queue grew past maxWaiting (and loadMargin above
+// the other's) goes to the other backend, counted broken, and the
+// following turns stay there (hits on its now warm cache).
+func TestSoftAffinityMovesOnceAndStays(t *testing.T) {
+	bs := startQueueingBackends(t, 2)
+	sc := startSidecar(t, affinityConfig(bs, "{mode: soft, maxWaiting: 8, loadMargin: 4, cooldown: 300ms}", ""))
+	url := sc.url("default/m", "/v1/chat/completions")
+	first := chat(t, url, conversation(1), session("s1"))
+	pinned := byID(bs, first.backend)
+	jam(t, pinned, 12)
+	scraped(t, sc, pinned, 11)
+	time.Sleep(300 * time.Millisecond) // the placement's cool-down
+
+	moved := chat(t, url, conversation(2), session("s1"))
+	if moved.status != 200 || moved.backend == first.backend {
+		t.Fatalf("turn 2 = %d on %s, want it moved off %s", moved.status, moved.backend, first.backend)
+	}
+	for turn := 3; turn <= 6; turn++ {
+		r := chat(t, url, conversation(turn), session("s1"))
+		if r.status != 200 || r.backend != moved.backend || r.cached == 0 {
+			t.Fatalf("turn %d = %d on %s (cached %d), want a cache hit on %s", turn, r.status, r.backend, r.cached, moved.backend)
+		}
+	}
+	m := metricsText(t, sc)
+	for _, want := range []string{
+		`tether_affinity_broken_total{pool="default/m",reason="overload"} 1`,
+		`tether_session_lookups_total{pool="default/m",result="broken"} 1`,
+		`tether_session_lookups_total{pool="default/m",result="hit"} 4`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	var broken int
+	for _, line := range strings.Split(sc.logs.String(), "\n") {
+		if strings.Contains(line, `"decision":"broken"`) {
+			broken++
+			if !strings.Contains(line, `"selected_pod":"`+moved.backend) && !strings.Contains(line, byID(bs, moved.backend).addr()) {
+				t.Errorf("broken access-log line names another pod: %s", line)
+			}
+		}
+	}
+	if broken != 1 {
+		t.Fatalf("%d access-log lines with decision broken, want 1", broken)
+	}
+}
+
+// TestSessionTokenRoundTrip: the response carries a signed token of the
+// backend; a request carrying it goes there with no session key and no
+// shared store, and a forged token is ignored.
+func TestSessionTokenRoundTrip(t *testing.T) {
+	bs := startBackends(t, 3)
+	key := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o600)
+	a, _ := json.Marshal(addrs(bs))
+	sc := startSidecar(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+pools:
+  - name: default/m
+    sessionSticky:
+      sources: [{type: Token, name: x-session-token}]
+    sessionToken: {keyFile: %s}
+    backends:
+      static: %s
+`, key, a))
+	url := sc.url("default/m", "/v1/chat/completions")
+	body := `{"model":"modelsim","max_tokens":2,"messages":` + conversation(1) + `}`
+	send := func(tok string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		if tok != "" {
+			req.Header.Set("X-Session-Token", tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp, resp.Header.Get("X-Modelsim-Id")
+	}
+	resp, first := send("")
+	tok := resp.Header.Get("X-Session-Token")
+	if tok == "" || !strings.Contains(tok, ".") {
+		t.Fatalf("no signed token in the response: %q", tok)
+	}
+	for i := 0; i < 10; i++ {
+		if _, got := send(tok); got != first {
+			t.Fatalf("request %d with the token went to %s, want %s", i, got, first)
+		}
+	}
+	// A forged token (llm-d style, unsigned) naming another backend is
+	// ignored: requests are balanced, so over 30 some land elsewhere.
+	var other string
+	for _, b := range bs {
+		if b.sim.ID() != first {
+			other = b.addr()
+		}
+	}
+	forged := base64Std(other)
+	seen := map[string]bool{}
+	for i := 0; i < 30; i++ {
+		_, got := send(forged)
+		seen[got] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("forged token pinned every request to %v", seen)
+	}
+	if m := metricsText(t, sc); !strings.Contains(m, `tether_session_lookups_total{pool="default/m",result="hit"} 10`) {
+		t.Fatalf("want 10 token hits counted:\n%s", m)
+	}
+}
+
+func base64Std(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
