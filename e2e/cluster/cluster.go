@@ -55,6 +55,10 @@ type Cluster struct {
 	kubeconfig string
 	etcd       *Process
 	apiserver  *Process
+	// egress refuses, records and reports any apiserver request that
+	// would leave loopback.
+	egress         *egressGuard
+	egressExpected bool
 }
 
 // Binaries returns the kube-apiserver and etcd paths: $TETHER_KUBE_APISERVER
@@ -95,7 +99,12 @@ func Start(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatalf("generating certificates: %v", err)
 	}
-	c := &Cluster{dir: dir, pki: p}
+	guard, err := newEgressGuard()
+	if err != nil {
+		t.Fatalf("egress guard: %v", err)
+	}
+	c := &Cluster{dir: dir, pki: p, egress: guard}
+	t.Cleanup(func() { guard.close(); c.checkEgress(t) })
 
 	// Ports are picked free and then handed to the binaries, so another
 	// process may take one in between: retry the start a few times.
@@ -174,7 +183,7 @@ func (c *Cluster) start(t testing.TB, etcdBin, apiserverBin string, attempt int)
 		"--profiling=false",
 		"--cert-dir=" + filepath.Join(c.dir, "certs"),
 		"--v=0",
-	}, nil)
+	}, c.egress.env())
 	if err != nil {
 		return err
 	}

@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,4 +99,68 @@ func ready(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// TestEgressGuard proves the apiserver cannot leave loopback: a webhook
+// that points at a Service name (which the apiserver would resolve and
+// dial) is refused by the harness's proxy, so the pod is rejected and no
+// packet goes anywhere but 127.0.0.1.
+func TestEgressGuard(t *testing.T) {
+	c := Start(t)
+	c.AllowEgressAttempts()
+	ctx := context.Background()
+	c.CreateNamespace(t, "guarded", map[string]string{"egress-test": "on"})
+	c.CreateNamespace(t, "nowhere", nil)
+	// The Service must exist: the apiserver resolves the reference to
+	// webhook.nowhere.svc only then (and would dial that name).
+	if _, err := c.Client().CoreV1().Services("nowhere").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "webhook"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	port := int32(443)
+	path := "/mutate"
+	_, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "egress-test"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "egress.test.tether.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "nowhere", Name: "webhook", Port: &port, Path: &path}},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"egress-test": "on"}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "guarded"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+	}
+	// The webhook configuration reaches the admission plugin's cache
+	// asynchronously: retry until the call is attempted.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.EgressAttempts()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the apiserver never tried the Service-referenced webhook")
+		}
+		_, err := c.Client().CoreV1().Pods("guarded").Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		t.Logf("pod rejected: %v", err)
+	}
+	// The apiserver resolves the Service to its cluster IP and dials that:
+	// the guard saw (and refused) a CONNECT to it on the Service's port.
+	for _, a := range c.EgressAttempts() {
+		if !strings.HasPrefix(a, "CONNECT ") || !strings.Contains(a, ":443 ") {
+			t.Fatalf("unexpected egress attempt %q", a)
+		}
+	}
 }
