@@ -13,7 +13,7 @@ HELM_VERSION ?= v3.22.0
 HELM         := $(TOOLS)/helm-$(HELM_VERSION)/helm
 export TETHER_HELM := $(HELM)
 
-.PHONY: all build run test unit e2e fmt vet deps deps-redis helm kube-tools bench fuzz clean
+.PHONY: all build run test unit e2e fmt vet deps deps-redis helm kube-tools bench bench-affinity fuzz clean
 
 all: build
 
@@ -64,6 +64,10 @@ kube-tools:
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Round robin vs hard vs soft affinity on a skewed multi-turn workload (~1 min).
+bench-affinity:
+	$(GO) run ./e2e/bench -duration 15s
 
 # Every parser of untrusted input, FUZZTIME each.
 FUZZTIME ?= 30s

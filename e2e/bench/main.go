@@ -33,7 +33,11 @@ import (
 var (
 	duration = flag.Duration("duration", 20*time.Second, "workload time per mode")
 	seed     = flag.Uint64("seed", 1, "workload random seed")
-	parallel = flag.Int("parallel", 8, "requests an agent session sends at once")
+	parallel   = flag.Int("parallel", 12, "requests an agent session sends at once")
+	agents     = flag.Int("agents", 2, "long agent sessions")
+	maxRunning = flag.Int("max-running", 2, "requests each backend serves at once (the rest queue)")
+	agentOut   = flag.Int("agent-tokens", 64, "output tokens of an agent request")
+	chatEvery  = flag.Duration("chat-every", 50*time.Millisecond, "a new short chat starts this often")
 )
 
 type mode struct{ name, sources, affinity string }
@@ -46,7 +50,8 @@ var modes = []mode{
 
 func main() {
 	flag.Parse()
-	fmt.Printf("workload: %s per mode, 4 backends (MaxRunning 4, prefill 200µs/token, decode 2ms/token), 3 agent sessions x %d parallel requests, short chats arriving every 100ms\n\n", *duration, *parallel)
+	fmt.Printf("workload: %s per mode, 4 backends (MaxRunning %d, prefill 200µs/token, decode 2ms/token), %d agent sessions x %d parallel requests of %d output tokens, a 3-turn short chat starting every %s\n\n",
+		*duration, *maxRunning, *agents, *parallel, *agentOut, *chatEvery)
 	fmt.Printf("%-14s %9s %9s %9s %9s %9s\n", "mode", "requests", "TTFT p50", "TTFT p99", "hit rate", "broken")
 	for _, m := range modes {
 		r, err := run(m)
@@ -75,7 +80,7 @@ func run(m mode) (result, error) {
 		}
 	}()
 	for i := range 4 {
-		s := sim.New(sim.Options{ID: fmt.Sprintf("sim-%d", i), MaxRunning: 4, PrefillPerToken: 200 * time.Microsecond, DecodePerToken: 2 * time.Millisecond, CacheBlocks: 2048})
+		s := sim.New(sim.Options{ID: fmt.Sprintf("sim-%d", i), MaxRunning: *maxRunning, PrefillPerToken: 200 * time.Microsecond, DecodePerToken: 2 * time.Millisecond, CacheBlocks: 2048})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return result{}, err
@@ -124,7 +129,7 @@ pools:
 	var wg sync.WaitGroup
 	// Long agent sessions: a large shared context, four requests at a
 	// time (parallel tool calls), each turn extending the history.
-	for s := range 3 {
+	for s := range *agents {
 		wg.Go(func() {
 			hist := []string{words(fmt.Sprintf("agent%d system", s), 600)}
 			for turn := 0; time.Now().Before(end); turn++ {
@@ -132,7 +137,7 @@ pools:
 				for c := range *parallel {
 					msgs := append(slices.Clone(hist), words(fmt.Sprintf("a%d t%d call%d", s, turn, c), 20))
 					tw.Go(func() {
-						if d, ok := chat(client, url, fmt.Sprintf("agent-%d", s), msgs, 32); ok {
+						if d, ok := chat(client, url, fmt.Sprintf("agent-%d", s), msgs, *agentOut); ok {
 							record(d)
 						}
 					})
@@ -142,7 +147,9 @@ pools:
 			}
 		})
 	}
-	// Short chats: a new one every 100ms, three turns each.
+	// Short chats: a new one every -chat-every, three turns each; they are
+	// bound wherever load is low at their start and then find an agent's
+	// burst queued ahead of them — the case soft affinity is for.
 	for i := 0; time.Now().Before(end); i++ {
 		n := 80 + rng.IntN(200)
 		wg.Go(func() {
@@ -155,7 +162,7 @@ pools:
 				time.Sleep(200 * time.Millisecond)
 			}
 		})
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(*chatEvery)
 	}
 	wg.Wait()
 	var prompt, cached int64
