@@ -31,8 +31,8 @@ import (
 )
 
 var (
-	duration = flag.Duration("duration", 20*time.Second, "workload time per mode")
-	seed     = flag.Uint64("seed", 1, "workload random seed")
+	duration   = flag.Duration("duration", 20*time.Second, "workload time per mode")
+	seed       = flag.Uint64("seed", 1, "workload random seed")
 	parallel   = flag.Int("parallel", 12, "requests an agent session sends at once")
 	agents     = flag.Int("agents", 2, "long agent sessions")
 	maxRunning = flag.Int("max-running", 2, "requests each backend serves at once (the rest queue)")
