@@ -121,11 +121,13 @@ func (r *Resolver) Resolve(ctx context.Context, req *http.Request) (*Decision, e
 	if key == "" {
 		return r.unsticky(set, &Decision{})
 	}
-	d := &Decision{Source: source, KeyHash: session.ShortHash(r.o.Pool, key)}
+	// One hash serves the store and the log (its first 12 hex digits).
+	sk := session.StoreKey(r.o.Pool, key)
+	d := &Decision{Source: source, KeyHash: sk[:session.ShortHashLen]}
 	if source == config.SourceToken {
 		return r.fromToken(set, d, key)
 	}
-	d.storeKey = session.StoreKey(r.o.Pool, key)
+	d.storeKey = sk
 	b, ok, err := r.o.Store.Lookup(ctx, d.storeKey, r.o.TTL)
 	if err != nil {
 		return r.storeFailed(set, d, "lookup", err)

@@ -23,11 +23,14 @@ func StoreKey(pool, key string) string {
 	return hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
+// ShortHashLen is the length of ShortHash.
+const ShortHashLen = 12
+
 // ShortHash is the access log's stand-in for a key: the first 12 hex
 // characters of its StoreKey, enough to follow one session through logs.
 func ShortHash(pool, key string) string {
 	if key == "" {
 		return ""
 	}
-	return StoreKey(pool, key)[:12]
+	return StoreKey(pool, key)[:ShortHashLen]
 }
