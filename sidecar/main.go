@@ -14,11 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/kubeclient"
 	"github.com/tetherproxy/tether/sidecar/server"
 )
 
@@ -53,7 +50,7 @@ func run() error {
 	}
 	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE")}
 	if needsKube(cfg) {
-		if deps.Kube, err = kubeClient(*kubeconfig); err != nil {
+		if deps.Kube, err = kubeclient.New(*kubeconfig, "tether-sidecar"); err != nil {
 			return err
 		}
 	}
@@ -91,19 +88,4 @@ func needsKube(cfg *config.Config) bool {
 		}
 	}
 	return false
-}
-
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	rc.UserAgent = "tether-sidecar"
-	return kubernetes.NewForConfig(rc)
 }

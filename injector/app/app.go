@@ -13,13 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tetherproxy/tether/injector/certs"
 	"github.com/tetherproxy/tether/injector/inject"
 	"github.com/tetherproxy/tether/injector/rbac"
 	"github.com/tetherproxy/tether/injector/webhook"
+	"github.com/tetherproxy/tether/sidecar/kubeclient"
 )
 
 // App is a configured injector with its listeners bound.
@@ -56,7 +55,7 @@ func New(cfg Config, client kubernetes.Interface, log *slog.Logger, reg promethe
 		return nil, err
 	}
 	if client == nil && cfg.needsKube() {
-		if client, err = kubeClient(cfg.Kubeconfig); err != nil {
+		if client, err = kubeclient.New(cfg.Kubeconfig, "tether-injector"); err != nil {
 			return nil, err
 		}
 	}
@@ -207,19 +206,4 @@ func (a *App) health(mux *http.ServeMux) {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-}
-
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	rc.UserAgent = "tether-injector"
-	return kubernetes.NewForConfig(rc)
 }
