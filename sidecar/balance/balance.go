@@ -1,10 +1,13 @@
 // Package balance chooses a backend for a new or rebound session: least
-// outstanding requests with power-of-two choices, so a burst of new
-// sessions spreads out instead of piling onto whichever backend looked
-// least loaded a moment ago (the herd effect of plain least-loaded).
+// estimated load (own outstanding requests plus load scraped from the
+// backends) with power-of-two choices among the near-equals of the least
+// loaded, so a burst of new sessions spreads out instead of piling onto
+// whichever backend looked least loaded a moment ago (the herd effect of
+// plain least-loaded).
 package balance
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync"
 
@@ -74,21 +77,43 @@ func (b *Balancer) Load(id string) float64 {
 	return l
 }
 
-// Pick chooses among the candidates that usable accepts (nil accepts all)
-// by power-of-two choices on Load, ties broken at random. ok is false when
-// no candidate is usable.
+// NearEqual is how much more loaded than the least-loaded candidate a
+// backend may be and still be one of the "near-equals" the two random
+// choices are drawn from: one request.
+const NearEqual = 1.0
+
+// Pick chooses among the candidates that usable accepts (nil accepts all):
+// the least estimated load wins, by power-of-two choices among the
+// near-equals of the least loaded (within NearEqual), ties broken at
+// random. Drawing from near-equals instead of taking the minimum keeps
+// replicas that see the same scraped load from all sending their next
+// session to the same backend. ok is false when no candidate is usable.
 func (b *Balancer) Pick(cands []discovery.Backend, usable func(discovery.Backend) bool) (discovery.Backend, bool) {
-	idx := make([]int, 0, len(cands))
+	type cand struct {
+		i    int
+		load float64
+	}
+	cs := make([]cand, 0, len(cands))
+	least := math.Inf(1)
 	for i := range cands {
-		if usable == nil || usable(cands[i]) {
-			idx = append(idx, i)
+		if usable != nil && !usable(cands[i]) {
+			continue
+		}
+		l := b.Load(cands[i].ID)
+		cs = append(cs, cand{i, l})
+		least = min(least, l)
+	}
+	near := cs[:0]
+	for _, c := range cs {
+		if c.load <= least+NearEqual {
+			near = append(near, c)
 		}
 	}
-	i, ok := b.twoChoices(len(idx), func(k int) string { return cands[idx[k]].ID })
+	k, ok := b.twoChoices(len(near), func(k int) float64 { return near[k].load })
 	if !ok {
 		return discovery.Backend{}, false
 	}
-	return cands[idx[i]], true
+	return cands[near[k].i], true
 }
 
 // PickPair chooses a decode backend and a prefill backend of the same
@@ -113,7 +138,7 @@ func (b *Balancer) PickPair(decode, prefill []discovery.Backend, usable func(dis
 
 // twoChoices returns the index in [0,n) of the less loaded of two distinct
 // random candidates.
-func (b *Balancer) twoChoices(n int, id func(int) string) (int, bool) {
+func (b *Balancer) twoChoices(n int, load func(int) float64) (int, bool) {
 	switch n {
 	case 0:
 		return 0, false
@@ -125,7 +150,7 @@ func (b *Balancer) twoChoices(n int, id func(int) string) (int, bool) {
 	if j >= i {
 		j++
 	}
-	li, lj := b.Load(id(i)), b.Load(id(j))
+	li, lj := load(i), load(j)
 	switch {
 	case li < lj:
 		return i, true

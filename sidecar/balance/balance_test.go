@@ -152,3 +152,34 @@ func BenchmarkPick(b *testing.B) {
 		bal.Pick(cands, nil)
 	}
 }
+
+// TestPickOnlyAmongNearEquals: plain power-of-two choices would pick a
+// backend with 5 outstanding whenever it drew two of them; drawing from
+// the near-equals of the least loaded never does.
+func TestPickOnlyAmongNearEquals(t *testing.T) {
+	b := New()
+	cands := backends("idle", "busy1", "busy2", "busy3")
+	for _, id := range []string{"busy1", "busy2", "busy3"} {
+		for i := 0; i < 5; i++ {
+			b.Acquire(id)
+		}
+	}
+	for i := 0; i < 200; i++ {
+		if got, _ := b.Pick(cands, nil); got.ID != "idle" {
+			t.Fatalf("Pick = %s, want idle (the others have 5 outstanding)", got.ID)
+		}
+	}
+	// Within NearEqual both compete.
+	b.Acquire("idle")
+	b.Acquire("idle")
+	b.Acquire("idle")
+	b.Acquire("idle")
+	seen := map[string]bool{}
+	for i := 0; i < 400; i++ {
+		got, _ := b.Pick(cands, nil)
+		seen[got.ID] = true
+	}
+	if !seen["idle"] || len(seen) < 3 {
+		t.Fatalf("near-equals (4 vs 5 outstanding) not all chosen: %v", seen)
+	}
+}
