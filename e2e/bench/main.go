@@ -38,6 +38,7 @@ var (
 	maxRunning = flag.Int("max-running", 2, "requests each backend serves at once (the rest queue)")
 	agentOut   = flag.Int("agent-tokens", 64, "output tokens of an agent request")
 	chatEvery  = flag.Duration("chat-every", 50*time.Millisecond, "a new short chat starts this often")
+	think      = flag.Duration("agent-think", time.Second, "an agent's pause between turns (running its tools)")
 )
 
 type mode struct{ name, sources, affinity string }
@@ -50,8 +51,8 @@ var modes = []mode{
 
 func main() {
 	flag.Parse()
-	fmt.Printf("workload: %s per mode, 4 backends (MaxRunning %d, prefill 200µs/token, decode 2ms/token), %d agent sessions x %d parallel requests of %d output tokens, a 3-turn short chat starting every %s\n\n",
-		*duration, *maxRunning, *agents, *parallel, *agentOut, *chatEvery)
+	fmt.Printf("workload: %s per mode, 4 backends (MaxRunning %d, prefill 200µs/token, decode 2ms/token), %d agent sessions x %d parallel requests of %d output tokens every %s + burst, a 3-turn short chat starting every %s\n\n",
+		*duration, *maxRunning, *agents, *parallel, *agentOut, *think, *chatEvery)
 	fmt.Printf("%-14s %9s %9s %9s %9s %9s\n", "mode", "requests", "TTFT p50", "TTFT p99", "hit rate", "broken")
 	for _, m := range modes {
 		r, err := run(m)
@@ -143,6 +144,10 @@ pools:
 					})
 				}
 				tw.Wait()
+				// While the agent runs its tools its backend looks idle, so
+				// new short chats are bound there; the next burst then
+				// queues ahead of their later turns.
+				time.Sleep(*think)
 				hist = append(hist, words(fmt.Sprintf("a%d t%d result", s, turn), 60))
 			}
 		})

@@ -233,8 +233,8 @@ type Affinity struct {
 	Mode       string `json:"mode,omitempty"` // hard | soft
 	MaxWaiting int    `json:"maxWaiting,omitempty"`
 	LoadMargin int    `json:"loadMargin,omitempty"`
-	// Cooldown is how long after a binding was made (or moved) soft
-	// affinity leaves it alone, so sessions do not flap.
+	// Cooldown is how long after a session was moved (a broken pin or a
+	// rebind) soft affinity leaves it alone, so sessions do not flap.
 	// Zero means DefaultAffinityCooldown (see CooldownOrDefault).
 	Cooldown Duration `json:"cooldown,omitzero"`
 }

@@ -134,7 +134,7 @@ func (r *Resolver) Resolve(ctx context.Context, req *http.Request) (*Decision, e
 	}
 	if ok {
 		if be, pf, usable := r.usable(set, b); usable {
-			if r.overloaded(set, be, b.Created) {
+			if r.overloaded(set, be, b.Created, b.Gen > 1) {
 				return r.rebind(ctx, set, d, b, metrics.ReasonOverload)
 			}
 			d.Backend, d.Prefill, d.binding, d.sticky, d.Decision, d.Since = be, pf, b, true, metrics.DecisionHit, b.Created
@@ -180,12 +180,16 @@ func (r *Resolver) rebind(ctx context.Context, set *discovery.Set, d *Decision, 
 
 // overloaded is soft affinity's test of a pin on be, placed at since:
 // break it when be's queue is over MaxWaiting and more than LoadMargin
-// above the least-waiting other live backend, and the cool-down since the
-// placement has passed. Backends without a fresh sample are not
-// candidates: an unknown queue is no reason to move a warm session.
-func (r *Resolver) overloaded(set *discovery.Set, be discovery.Backend, since time.Time) bool {
+// above the least-waiting other live backend. A pin that was itself a move
+// (moved: a break or a rebind) is kept for the cool-down since it was
+// placed, so a session is never moved again within it; a first placement
+// has no cool-down — the balancer chose it when its queue was short, and
+// a queue that built up since (an agent's burst) is what soft affinity is
+// for. Backends without a fresh sample are not candidates: an unknown
+// queue is no reason to move a warm session.
+func (r *Resolver) overloaded(set *discovery.Set, be discovery.Backend, since time.Time, moved bool) bool {
 	a := r.o.Affinity
-	if !a.Soft || r.o.Load == nil || r.o.Now().Sub(since) < a.Cooldown {
+	if !a.Soft || r.o.Load == nil || (moved && r.o.Now().Sub(since) < a.Cooldown) {
 		return false
 	}
 	w, ok := r.o.Load.Waiting(be.ID)
@@ -223,7 +227,8 @@ func (r *Resolver) fromToken(set *discovery.Set, d *Decision, tok string) (*Deci
 		if p.Since != 0 {
 			since = time.Unix(p.Since, 0)
 		}
-		if r.overloaded(set, be, since) {
+		// A token does not say whether it was a move: keep the cool-down.
+		if r.overloaded(set, be, since, true) {
 			r.o.Metrics.AffinityBroken.WithLabelValues(r.o.Pool, metrics.ReasonOverload).Inc()
 			r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionBroken).Inc()
 			d.avoid = be.ID

@@ -55,8 +55,8 @@ func TestSoftBreakConditions(t *testing.T) {
 		{"at maxWaiting", true, 8, 0, time.Minute, false},
 		{"within margin", true, 12, 8, time.Minute, false},
 		{"just over margin", true, 13, 8, time.Minute, true},
-		{"cool-down", true, 20, 0, 29 * time.Second, false},
-		{"cool-down passed exactly", true, 20, 0, 30 * time.Second, true},
+		// A first placement has no cool-down (a moved pin has: below).
+		{"fresh binding breaks at once", true, 20, 0, time.Second, true},
 		{"no sample of the pin", true, -1, 0, time.Minute, false},
 		{"no sample of any other", true, 20, -1, time.Minute, false},
 	}
