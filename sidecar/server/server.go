@@ -20,6 +20,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/jwtauth"
 	"github.com/tetherproxy/tether/sidecar/loadscrape"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
@@ -115,53 +116,17 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	byListen := map[string][]proxy.Pool{}
 	tokenHeaders := map[string][]string{} // Token sources' request headers, by listen
 	var order []string
+	shared := poolDeps{deps: deps, store: st, claims: claims, failed: failed, metrics: m, scrapes: &http.Client{Transport: scrapeTransport}}
 	for _, pc := range cfg.Pools {
-		src, err := newSource(pc, deps, s.reg, log)
+		pp, err := s.newPool(pc, shared)
 		if err != nil {
 			return nil, err
-		}
-		s.starters = append(s.starters, src.Run)
-		var balOpts []balance.Option
-		var load resolve.LoadReader
-		if lc := pc.Load(); lc != nil {
-			sc := loadscrape.New(loadscrape.Options{
-				Pool: pc.Name, Config: *lc, Backends: src, Client: &http.Client{Transport: scrapeTransport},
-				Reg: s.reg, Log: log.With("pool", pc.Name),
-			})
-			s.starters = append(s.starters, sc.Run)
-			balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
-			load = sc
-		}
-		bal := balance.New(balOpts...)
-		var keys session.ClaimReader
-		if claims != nil {
-			keys = claims
-		}
-		pp := proxy.Pool{Name: pc.Name, Models: pc.Models, Balancer: bal, PrefillHeader: pc.Backends.PrefillHeader}
-		ro := resolve.Options{
-			Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
-			Store: st, Backends: src, Balancer: bal, Failed: failed, Metrics: m,
-			Log: log.With("pool", pc.Name), Affinity: resolve.AffinityFrom(pc.Affinity), Load: load,
-		}
-		var extractOpts []session.Option
-		if tc := pc.SessionToken; tc != nil {
-			codec, err := token.New(pc.Name, tc)
-			if err != nil {
-				return nil, fmt.Errorf("pools[%s].%w", pc.Name, err)
-			}
-			extractOpts = append(extractOpts, session.WithTokens(codec))
-			ro.Tokens = codec
-			pp.Tokens, pp.TokenHeader, pp.PrefillTokenHeader = codec, tc.Header, tc.PrefillHeader
 		}
 		for _, src := range pc.SessionSticky.Sources {
 			if src.Type == config.SourceToken {
 				tokenHeaders[pc.Listen] = append(tokenHeaders[pc.Listen], src.Name)
 			}
 		}
-		ro.Keys = session.NewExtractor(pc.SessionSticky.Sources, keys, extractOpts...)
-		r := resolve.New(ro)
-		pp.Resolver = r
-		s.pools[pc.Name] = &poolState{cfg: pc, source: src, resolver: r}
 		if _, seen := byListen[pc.Listen]; !seen {
 			order = append(order, pc.Listen)
 		}
@@ -191,6 +156,63 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	s.admin = &http.Server{Addr: cfg.Admin, Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	ok = true
 	return s, nil
+}
+
+// poolDeps are the parts every pool shares.
+type poolDeps struct {
+	deps    Deps
+	store   store.Store
+	claims  *jwtauth.Verifier
+	failed  *resolve.FailSet
+	metrics *metrics.Metrics
+	scrapes *http.Client
+}
+
+// newPool wires one pool: its discovery, load scraping, balancer, session
+// tokens, key extractor and resolver; background loops join s.starters.
+func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
+	log := s.log.With("pool", pc.Name)
+	src, err := newSource(pc, sh.deps, s.reg, s.log)
+	if err != nil {
+		return proxy.Pool{}, err
+	}
+	s.starters = append(s.starters, src.Run)
+	var balOpts []balance.Option
+	var load resolve.LoadReader
+	if lc := pc.Load(); lc != nil {
+		sc := loadscrape.New(loadscrape.Options{
+			Pool: pc.Name, Config: *lc, Backends: src, Client: sh.scrapes, Reg: s.reg, Log: log,
+		})
+		s.starters = append(s.starters, sc.Run)
+		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
+		load = sc
+	}
+	bal := balance.New(balOpts...)
+	var keys session.ClaimReader
+	if sh.claims != nil {
+		keys = sh.claims // never a typed nil in the interface
+	}
+	pp := proxy.Pool{Name: pc.Name, Models: pc.Models, Balancer: bal, PrefillHeader: pc.Backends.PrefillHeader}
+	ro := resolve.Options{
+		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
+		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
+		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load,
+	}
+	var extractOpts []session.Option
+	if tc := pc.SessionToken; tc != nil {
+		codec, err := token.New(pc.Name, tc)
+		if err != nil {
+			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
+		}
+		extractOpts = append(extractOpts, session.WithTokens(codec))
+		ro.Tokens = codec
+		pp.Tokens, pp.TokenHeader, pp.PrefillTokenHeader = codec, tc.Header, tc.PrefillHeader
+	}
+	ro.Keys = session.NewExtractor(pc.SessionSticky.Sources, keys, extractOpts...)
+	r := resolve.New(ro)
+	pp.Resolver = r
+	s.pools[pc.Name] = &poolState{cfg: pc, source: src, resolver: r}
+	return pp, nil
 }
 
 // stripHeaders are routing headers a client must never set: the PD
