@@ -1,0 +1,251 @@
+package hop
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/loadgen"
+	"github.com/tetherproxy/tether/e2e/bench/procs"
+)
+
+// Options of one hop benchmark.
+type Options struct {
+	Env      *procs.Env
+	Proxies  []string  // from AllProxies; direct is always added first
+	Modes    []Mode    // non-streaming, streaming
+	Rates    []float64 // non-streaming requests per second, each measured for every proxy
+	// StreamRates are the rates of streamed requests (each is
+	// StreamEvents events, so a tenth of the non-streaming rates keeps
+	// the events per second comparable).
+	StreamRates []float64
+	Backends int       // modelsim processes (default 3)
+	Sessions int       // distinct X-Session-ID values (default 1000)
+	Warmup   time.Duration
+	Duration time.Duration
+	// MaxRate searches the highest rate each proxy sustains with
+	// p99 < P99Limit, no errors and the offered rate completed.
+	MaxRate   bool
+	P99Limit  time.Duration
+	ProbeTime time.Duration // measured time of one search probe
+	// SidecarEnv is added to every tether-sidecar's environment.
+	SidecarEnv []string
+	// Step is called before every measurement (progress reporting).
+	Step func(what string)
+}
+
+func (o *Options) setDefaults() {
+	if o.Backends == 0 {
+		o.Backends = 3
+	}
+	if o.Sessions == 0 {
+		o.Sessions = 1000
+	}
+	if o.P99Limit == 0 {
+		o.P99Limit = 5 * time.Millisecond
+	}
+	if o.ProbeTime == 0 {
+		o.ProbeTime = 2 * time.Second
+	}
+	if o.Step == nil {
+		o.Step = func(string) {}
+	}
+	o.Proxies = append([]string{Direct}, slices.DeleteFunc(slices.Clone(o.Proxies), func(p string) bool { return p == Direct })...)
+}
+
+func (o *Options) rates(m Mode) []float64 {
+	if m == Streaming {
+		return o.StreamRates
+	}
+	return o.Rates
+}
+
+// Point is one proxy at one rate in one mode.
+type Point struct {
+	Proxy string
+	Mode  Mode
+	Rate  float64
+	Res   *loadgen.Result
+	// CPUPer1k is the proxy process's CPU time (utime+stime) per 1,000
+	// requests over the measured part; AuxCPUPer1k that of what it needs
+	// besides (redis-server, the other ring members).
+	CPUPer1k, AuxCPUPer1k time.Duration
+	PeakRSS               int64 // the proxy's VmHWM after this point, bytes
+}
+
+// MaxRate is the result of one rate search.
+type MaxRate struct {
+	Proxy  string
+	Mode   Mode
+	Rate   float64 // highest rate that passed; 0 if none did
+	Capped bool    // the search stopped at its ceiling, not at a failure
+	Probes int
+}
+
+// Results of a hop benchmark.
+type Results struct {
+	Opts   Options
+	Points []Point
+	Max    []MaxRate
+}
+
+// Point returns the measurement of proxy at rate in mode, or nil.
+func (r *Results) Point(proxy string, mode Mode, rate float64) *Point {
+	for i := range r.Points {
+		if p := &r.Points[i]; p.Proxy == proxy && p.Mode == mode && p.Rate == rate {
+			return p
+		}
+	}
+	return nil
+}
+
+// Run starts the backends and every proxy, then measures each rate and
+// mode for every proxy in turn (the order of proxies reversed at every
+// other rate, so that none always runs right after the same other).
+func Run(ctx context.Context, o Options) (*Results, error) {
+	o.setDefaults()
+	var backends []string
+	for i := range o.Backends {
+		_, addr, err := o.Env.Modelsim(fmt.Sprint("hop-backend-", i),
+			"--prefill-per-token", "0", "--decode-per-token", "0", "--max-running", "100000")
+		if err != nil {
+			return nil, err
+		}
+		backends = append(backends, addr)
+	}
+	targets := map[string]*target{}
+	for _, name := range o.Proxies {
+		t, err := startTarget(o.Env, name, backends, o.SidecarEnv)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		targets[name] = t
+	}
+	res := &Results{Opts: o}
+	for _, mode := range o.Modes {
+		for ri, rate := range o.rates(mode) {
+			order := slices.Clone(o.Proxies)
+			if ri%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, name := range order {
+				o.Step(fmt.Sprintf("hop %s %s %.0f/s", name, mode, rate))
+				p, err := measure(ctx, targets[name], backends, o, mode, rate, o.Warmup, o.Duration)
+				if err != nil {
+					return nil, err
+				}
+				if p.Res.OK == 0 {
+					return nil, fmt.Errorf("%s %s at %.0f/s: no successful request (first error: %v)", name, mode, rate, p.Res.FirstErr)
+				}
+				res.Points = append(res.Points, *p)
+			}
+		}
+		if o.MaxRate {
+			for _, name := range o.Proxies {
+				o.Step(fmt.Sprintf("hop %s %s: highest rate at p99 < %v", name, mode, o.P99Limit))
+				m, err := searchMax(ctx, targets[name], backends, o, mode, res)
+				if err != nil {
+					return nil, err
+				}
+				res.Max = append(res.Max, m)
+			}
+		}
+	}
+	return res, nil
+}
+
+// measure runs one constant-rate load against t.
+func measure(ctx context.Context, t *target, backends []string, o Options, mode Mode, rate float64, warmup, dur time.Duration) (*Point, error) {
+	for _, p := range append([]*procs.Process{t.proc}, t.aux...) {
+		if p == nil {
+			continue
+		}
+		if err := p.Exited(); err != nil {
+			return nil, err
+		}
+	}
+	c := newClient(t, backends, o.Sessions, mode)
+	defer c.close()
+	var cpu0, aux0 time.Duration
+	usage := func() (proxy, aux time.Duration) {
+		if t.proc != nil {
+			proxy = t.proc.Usage().CPU
+		}
+		for _, p := range t.aux {
+			aux += p.Usage().CPU
+		}
+		return
+	}
+	res := loadgen.Run(ctx, loadgen.Config{Rate: rate, Warmup: warmup, Duration: dur,
+		OnMeasure: func() { cpu0, aux0 = usage() }}, c.do)
+	cpu1, aux1 := usage()
+	p := &Point{Proxy: t.name, Mode: mode, Rate: rate, Res: res}
+	if res.Sent > 0 {
+		p.CPUPer1k = (cpu1 - cpu0) * 1000 / time.Duration(res.Sent)
+		p.AuxCPUPer1k = (aux1 - aux0) * 1000 / time.Duration(res.Sent)
+	}
+	if t.proc != nil {
+		p.PeakRSS = t.proc.Usage().PeakRSS
+	}
+	return p, ctx.Err()
+}
+
+// passes reports whether a run sustained its rate: no errors, p99 under
+// the limit, and (nearly) every offered request completed in time.
+func passes(r *loadgen.Result, limit time.Duration) bool {
+	return r.Errors == 0 && r.OK > 0 && r.Latency.Quantile(0.99) < limit && r.Completed >= 0.95*r.Offered
+}
+
+// maxCeiling stops the search: loopback on two cores does not go further.
+const maxCeiling = 64000
+
+// searchMax starts from the highest measured rate that passed (or 1,000/s),
+// grows by half until a probe fails, then bisects twice.
+func searchMax(ctx context.Context, t *target, backends []string, o Options, mode Mode, res *Results) (MaxRate, error) {
+	m := MaxRate{Proxy: t.name, Mode: mode}
+	good, bad := 0.0, 0.0
+	for _, rate := range o.rates(mode) {
+		if p := res.Point(t.name, mode, rate); p != nil && passes(p.Res, o.P99Limit) {
+			good = max(good, rate)
+		}
+	}
+	probe := func(rate float64) (bool, error) {
+		m.Probes++
+		p, err := measure(ctx, t, backends, o, mode, rate, o.ProbeTime/4, o.ProbeTime)
+		if err != nil {
+			return false, err
+		}
+		return passes(p.Res, o.P99Limit), nil
+	}
+	rate := max(good*1.5, o.rates(mode)[0])
+	for bad == 0 {
+		if rate > maxCeiling {
+			m.Rate, m.Capped = good, true
+			return m, nil
+		}
+		ok, err := probe(rate)
+		if err != nil {
+			return m, err
+		}
+		if ok {
+			good, rate = rate, rate*1.5
+		} else {
+			bad = rate
+		}
+	}
+	for range 2 {
+		mid := (good + bad) / 2
+		ok, err := probe(mid)
+		if err != nil {
+			return m, err
+		}
+		if ok {
+			good = mid
+		} else {
+			bad = mid
+		}
+	}
+	m.Rate = good
+	return m, nil
+}

@@ -1,0 +1,120 @@
+package hop
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Ms formats a duration in milliseconds with three significant digits.
+func Ms(d time.Duration) string {
+	ms := float64(d) / 1e6
+	switch {
+	case ms < 1:
+		return fmt.Sprintf("%.3f", ms)
+	case ms < 10:
+		return fmt.Sprintf("%.2f", ms)
+	case ms < 100:
+		return fmt.Sprintf("%.1f", ms)
+	}
+	return fmt.Sprintf("%.0f", ms)
+}
+
+// Ratio formats a/b as "1.23×", or "—" when b is zero.
+func Ratio(a, b float64) string {
+	if b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// Added is a proxy's latency at quantile q minus direct's at the same
+// rate and mode (what the hop adds), or false without a direct point.
+func (r *Results) Added(p *Point, q float64) (time.Duration, bool) {
+	d := r.Point(Direct, p.Mode, p.Rate)
+	if d == nil || d.Res.OK == 0 {
+		return 0, false
+	}
+	return p.Res.Latency.Quantile(q) - d.Res.Latency.Quantile(q), true
+}
+
+// Print writes one table per mode and rate, with ratios to HAProxy's
+// figures of the same run, then the rate search.
+func (r *Results) Print(w io.Writer) {
+	o := r.Opts
+	fmt.Fprintf(w, "%d modelsim backends (no artificial latency), %d sessions (X-Session-ID), keep-alive; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte\n",
+		o.Backends, o.Sessions, o.Duration, o.Warmup)
+	for _, mode := range o.Modes {
+		for _, rate := range o.rates(mode) {
+			fmt.Fprintf(w, "\n%s, %.0f requests/s offered:\n", mode, rate)
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			head := []string{"proxy", "ok/sent", "p50 ms", "p99 ms", "p99.9 ms", "+p50", "+p99", "+p99.9", "CPU ms/1k req", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "peak RSS MiB"}
+			if mode == Streaming {
+				head = append(head, "CPU µs/event")
+			}
+			fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+			h := r.Point(HAProxy, mode, rate)
+			for _, name := range o.Proxies {
+				p := r.Point(name, mode, rate)
+				if p == nil {
+					continue
+				}
+				l := p.Res.Latency
+				row := []string{Labels[name], fmt.Sprintf("%d/%d", p.Res.OK, p.Res.Sent),
+					Ms(l.Quantile(0.5)), Ms(l.Quantile(0.99)), Ms(l.Quantile(0.999))}
+				for _, q := range []float64{0.5, 0.99, 0.999} {
+					if a, ok := r.Added(p, q); ok && name != Direct {
+						row = append(row, Ms(a))
+					} else {
+						row = append(row, "—")
+					}
+				}
+				if name == Direct {
+					row = append(row, "—", "—", "—", "—", "—")
+				} else {
+					cpu := fmt.Sprintf("%.0f", float64(p.CPUPer1k)/1e6)
+					if p.AuxCPUPer1k > 0 {
+						cpu += fmt.Sprintf(" (+%.0f)", float64(p.AuxCPUPer1k)/1e6)
+					}
+					row = append(row, cpu, "—", "—", "—", fmt.Sprintf("%.1f", float64(p.PeakRSS)/(1<<20)))
+					if h != nil {
+						row[9] = Ratio(float64(p.CPUPer1k), float64(h.CPUPer1k))
+						row[10] = Ratio(float64(l.Quantile(0.99)), float64(h.Res.Latency.Quantile(0.99)))
+						row[11] = Ratio(float64(l.Quantile(0.999)), float64(h.Res.Latency.Quantile(0.999)))
+					}
+				}
+				if mode == Streaming {
+					if name == Direct {
+						row = append(row, "—")
+					} else {
+						row = append(row, fmt.Sprintf("%.1f", float64(p.CPUPer1k)/1e3/1000/StreamEvents))
+					}
+				}
+				fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+			}
+			tw.Flush()
+		}
+	}
+	if len(r.Max) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nhighest rate with p99 < %v, no errors, offered rate completed (probes of %v):\n", o.P99Limit, o.ProbeTime)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "proxy\tmode\trequests/s\t×HAProxy\t")
+	for _, m := range r.Max {
+		s := fmt.Sprintf("%.0f", m.Rate)
+		if m.Capped {
+			s = "≥ " + s
+		}
+		ratio := "—"
+		for _, h := range r.Max {
+			if h.Proxy == HAProxy && h.Mode == m.Mode {
+				ratio = Ratio(m.Rate, h.Rate)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", Labels[m.Proxy], m.Mode, s, ratio)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,99 @@
+// Package hop measures what one proxy hop costs (the benchmarks' section
+// 1): the same modelsim backends and the same open-loop load, sent direct
+// and through tether (memory, Redis, gossip stores), HAProxy with a stick
+// table and nginx with consistent hashing, all real processes on
+// loopback, in turn and in one run, so that ratios hold on a noisy machine.
+package hop
+
+import (
+	"fmt"
+
+	"github.com/tetherproxy/tether/e2e/bench/procs"
+)
+
+// Proxy names, in report order.
+const (
+	Direct       = "direct"
+	HAProxy      = "haproxy"
+	Nginx        = "nginx"
+	Tether       = "tether"        // memory store, access log on
+	TetherNoLog  = "tether-nolog"  // memory store, access log off
+	TetherRedis  = "tether-redis"  // Redis store (a real redis-server)
+	TetherGossip = "tether-gossip" // gossip store, a ring of three sidecars
+)
+
+// AllProxies lists every proxy the section knows.
+var AllProxies = []string{Direct, HAProxy, Nginx, Tether, TetherNoLog, TetherRedis, TetherGossip}
+
+// Labels are the names the tables print.
+var Labels = map[string]string{
+	Direct:       "direct (no proxy)",
+	HAProxy:      "HAProxy stick table",
+	Nginx:        "nginx consistent hash",
+	Tether:       "tether (memory)",
+	TetherNoLog:  "tether (memory, no access log)",
+	TetherRedis:  "tether (Redis)",
+	TetherGossip: "tether (gossip, 3 replicas)",
+}
+
+// target is where one proxy's load goes.
+type target struct {
+	name string
+	url  string         // the proxy's listener; empty for direct
+	proc *procs.Process // the proxy measured; nil for direct
+	aux  []*procs.Process // processes it needs besides (redis-server, ring peers)
+}
+
+// startTarget starts proxy name in front of backends.
+func startTarget(env *procs.Env, name string, backends []string, sidecarEnv []string) (*target, error) {
+	t := &target{name: name}
+	var first *procs.Running
+	side := func(s procs.Sidecar) (err error) {
+		s.Backends, s.Env = backends, sidecarEnv
+		if first, err = env.Sidecar(s); err != nil {
+			return err
+		}
+		t.proc, t.url = first.Process, "http://"+first.Addr
+		return nil
+	}
+	switch name {
+	case Direct:
+		return t, nil
+	case HAProxy:
+		p, addr, err := env.HAProxy("haproxy", backends)
+		t.proc, t.url = p, "http://"+addr
+		return t, err
+	case Nginx:
+		p, addr, err := env.Nginx("nginx", backends)
+		t.proc, t.url = p, "http://"+addr
+		return t, err
+	case Tether:
+		return t, side(procs.Sidecar{Name: "tether-memory"})
+	case TetherNoLog:
+		return t, side(procs.Sidecar{Name: "tether-nolog", LogLevel: "warn"})
+	case TetherRedis:
+		rp, addr, err := env.Redis("redis")
+		if err != nil {
+			return nil, err
+		}
+		t.aux = append(t.aux, rp)
+		return t, side(procs.Sidecar{Name: "tether-redis", Store: "redis", RedisAddr: addr})
+	case TetherGossip:
+		// The measured replica first; two peers join it, so its state
+		// and its direct sends are those of a three-replica ring.
+		if err := side(procs.Sidecar{Name: "tether-gossip-0", Store: "gossip"}); err != nil {
+			return nil, err
+		}
+		seed := first.Gossip
+		for i := 1; i < 3; i++ {
+			r, err := env.Sidecar(procs.Sidecar{Name: fmt.Sprint("tether-gossip-", i), Store: "gossip",
+				GossipJoin: []string{seed}, Backends: backends, Env: sidecarEnv})
+			if err != nil {
+				return nil, err
+			}
+			t.aux = append(t.aux, r.Process)
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("unknown proxy %q (want one of %v)", name, AllProxies)
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/hop"
+	"github.com/tetherproxy/tether/e2e/bench/procs"
+)
+
+// hopFlags are section 1's parameters; `bench all` uses the same set.
+type hopFlags struct {
+	proxies, modes, rates string
+	streamRates           string
+	duration, warmup      time.Duration
+	maxRate               bool
+	probe                 time.Duration
+	sessions, backends    int
+	gomaxprocs            int
+}
+
+func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
+	fs.StringVar(&h.proxies, "proxies", d.proxies, "proxies, comma-separated: "+strings.Join(hop.AllProxies, ","))
+	fs.StringVar(&h.modes, "modes", d.modes, "response shapes: non-streaming,streaming")
+	fs.StringVar(&h.rates, "rates", d.rates, "offered rates in requests/s, comma-separated")
+	fs.StringVar(&h.streamRates, "stream-rates", d.streamRates, "offered rates of streamed requests (50 SSE events each)")
+	fs.DurationVar(&h.duration, "duration", d.duration, "measured time per point")
+	fs.DurationVar(&h.warmup, "warmup", d.warmup, "warm-up before each point, same rate, not recorded")
+	fs.BoolVar(&h.maxRate, "max-rate", d.maxRate, "search each proxy's highest rate with p99 < 5ms")
+	fs.DurationVar(&h.probe, "probe", d.probe, "measured time of one rate-search probe")
+	fs.IntVar(&h.sessions, "sessions", d.sessions, "distinct X-Session-ID values")
+	fs.IntVar(&h.backends, "backends", d.backends, "modelsim backends")
+	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars (0: Go's default)")
+}
+
+// hopDefaults are issue 13's comparison: direct, HAProxy, nginx and
+// tether with and without its access log, at 2,000 and 5,000 requests/s.
+var hopDefaults = hopFlags{
+	proxies: "direct,haproxy,nginx,tether,tether-nolog", modes: "non-streaming,streaming", rates: "2000,5000", streamRates: "200,500",
+	duration: 3 * time.Second, warmup: time.Second, maxRate: true, probe: 1500 * time.Millisecond,
+	sessions: 1000, backends: 3,
+}
+
+func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
+	o := hop.Options{Env: env, Duration: h.duration, Warmup: h.warmup, MaxRate: h.maxRate, ProbeTime: h.probe,
+		Sessions: h.sessions, Backends: h.backends}
+	for p := range strings.SplitSeq(h.proxies, ",") {
+		o.Proxies = append(o.Proxies, strings.TrimSpace(p))
+	}
+	for m := range strings.SplitSeq(h.modes, ",") {
+		switch mode := hop.Mode(strings.TrimSpace(m)); mode {
+		case hop.NonStreaming, hop.Streaming:
+			o.Modes = append(o.Modes, mode)
+		default:
+			return o, fmt.Errorf("-modes: unknown mode %q (want non-streaming or streaming)", m)
+		}
+	}
+	var err error
+	if o.Rates, err = parseRates("-rates", h.rates); err != nil {
+		return o, err
+	}
+	if o.StreamRates, err = parseRates("-stream-rates", h.streamRates); err != nil {
+		return o, err
+	}
+	if h.gomaxprocs > 0 {
+		o.SidecarEnv = []string{fmt.Sprint("GOMAXPROCS=", h.gomaxprocs)}
+	}
+	return o, nil
+}
+
+func hopMain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("hop", flag.ExitOnError)
+	bin := fs.String("bin", "bin", "directory with tether-sidecar and modelsim")
+	var h hopFlags
+	h.register(fs, hopDefaults)
+	_ = fs.Parse(args)
+	env, err := procs.NewEnv(*bin)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	o, err := h.options(env)
+	if err != nil {
+		return err
+	}
+	o.Step = func(s string) { fmt.Fprintln(os.Stderr, "…", s) }
+	res, err := hop.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Println("bench hop", strings.Join(args, " "))
+	res.Print(os.Stdout)
+	return nil
+}
+
+func parseRates(flag, list string) ([]float64, error) {
+	var out []float64
+	for r := range strings.SplitSeq(list, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a positive number", flag, r)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

@@ -1,0 +1,159 @@
+// Package procs starts and watches the real processes the benchmarks
+// measure — tether-sidecar, modelsim, redis-server, HAProxy, nginx — on
+// loopback ports, with their configs and logs in one temporary directory,
+// and reads their CPU time and peak memory from /proc.
+package procs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Env is a set of processes sharing a temporary directory. Close stops
+// them all and removes the directory.
+type Env struct {
+	Dir string // configs and logs
+	Bin string // where tether-sidecar and modelsim are
+
+	mu    sync.Mutex
+	procs []*Process
+	ports map[int]bool
+}
+
+// NewEnv creates the directory. bin holds tether-sidecar and modelsim.
+func NewEnv(bin string) (*Env, error) {
+	dir, err := os.MkdirTemp("", "tether-bench-")
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return nil, err
+	}
+	return &Env{Dir: dir, Bin: abs, ports: map[int]bool{}}, nil
+}
+
+// Process is one child process in its own process group (so a stop
+// reaches what it forks, such as nginx's workers).
+type Process struct {
+	Name string
+	Log  string // stdout and stderr
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start runs path with args; its output goes to Dir/name.log.
+func (e *Env) Start(name, path string, args ...string) (*Process, error) {
+	return e.StartEnv(name, path, nil, args...)
+}
+
+// StartEnv is Start with env added to this process's environment.
+func (e *Env) StartEnv(name, path string, env []string, args ...string) (*Process, error) {
+	logPath := filepath.Join(e.Dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	e.mu.Lock()
+	e.procs = append(e.procs, p)
+	e.mu.Unlock()
+	return p, nil
+}
+
+// Pid of the process (and its process group).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Exited returns an error naming the exit status and the log's tail if
+// the process has ended, nil while it runs.
+func (p *Process) Exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v); last output:\n%s", p.Name, p.err, p.Tail(20))
+	default:
+		return nil
+	}
+}
+
+// Tail returns the last n lines of the process's output.
+func (p *Process) Tail(n int) string {
+	b, _ := os.ReadFile(p.Log)
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	return string(bytes.Join(lines[max(0, len(lines)-n):], []byte("\n")))
+}
+
+// Stop sends SIGTERM to the process group, then SIGKILL after 5 s.
+func (p *Process) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Close stops every process (in parallel) and removes the directory.
+func (e *Env) Close() {
+	e.mu.Lock()
+	ps := e.procs
+	e.procs = nil
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(p.Stop)
+	}
+	wg.Wait()
+	_ = os.RemoveAll(e.Dir)
+}
+
+// Port returns a free loopback TCP port not handed out before by this Env.
+// (The kernel may still give it to someone else before the process binds
+// it; a process that fails to bind exits and is reported.)
+func (e *Env) Port() (int, error) {
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		e.mu.Lock()
+		taken := e.ports[port]
+		e.ports[port] = true
+		e.mu.Unlock()
+		if !taken {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port")
+}
+
+// Addr returns "127.0.0.1:<free port>".
+func (e *Env) Addr() (string, error) {
+	p, err := e.Port()
+	return fmt.Sprintf("127.0.0.1:%d", p), err
+}

@@ -1,0 +1,148 @@
+package procs
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// startTimeout bounds how long any process may take to become ready.
+const startTimeout = 30 * time.Second
+
+// Modelsim starts bin/modelsim on a free port with extra flags
+// (--prefill-per-token …) and waits for /health. It returns the address.
+func (e *Env) Modelsim(id string, flags ...string) (*Process, string, error) {
+	addr, err := e.Addr()
+	if err != nil {
+		return nil, "", err
+	}
+	args := append([]string{"--listen", addr, "--id", id}, flags...)
+	p, err := e.Start(id, filepath.Join(e.Bin, "modelsim"), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, addr, p.WaitHTTP("http://"+addr+"/health", startTimeout)
+}
+
+// Redis starts redis-server without persistence on a free port.
+func (e *Env) Redis(name string) (*Process, string, error) {
+	port, err := e.Port()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := e.Start(name, "redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "yes")
+	if err != nil {
+		return nil, "", err
+	}
+	return p, addr, p.WaitTCP(addr, startTimeout)
+}
+
+// HAProxy starts haproxy (one thread) with a stick table on the
+// X-Session-ID header: a session's first request is balanced by least
+// connections and learned, later ones go to the learned server.
+func (e *Env) HAProxy(name string, backends []string) (*Process, string, error) {
+	addr, err := e.Addr()
+	if err != nil {
+		return nil, "", err
+	}
+	var servers strings.Builder
+	for i, b := range backends {
+		fmt.Fprintf(&servers, "  server s%d %s\n", i, b)
+	}
+	cfg := fmt.Sprintf(`global
+  nbthread 1
+  maxconn 8000
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 60s
+  timeout server 60s
+  timeout http-keep-alive 60s
+frontend fe
+  bind %s
+  default_backend be
+backend be
+  balance leastconn
+  stick-table type string len 64 size 1m expire 5m
+  stick on req.hdr(x-session-id)
+%s`, addr, servers.String())
+	path := filepath.Join(e.Dir, name+".cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, "", err
+	}
+	if out, err := exec.Command("haproxy", "-c", "-q", "-f", path).CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("haproxy config check: %v: %s", err, out)
+	}
+	p, err := e.Start(name, "haproxy", "-db", "-f", path)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, addr, p.WaitTCP(addr, startTimeout)
+}
+
+// Nginx starts nginx (one worker) with consistent hashing on the
+// X-Session-ID header, upstream keep-alive, and response buffering off so
+// SSE events pass as they come.
+func (e *Env) Nginx(name string, backends []string) (*Process, string, error) {
+	addr, err := e.Addr()
+	if err != nil {
+		return nil, "", err
+	}
+	prefix := filepath.Join(e.Dir, name)
+	if err := os.MkdirAll(filepath.Join(prefix, "tmp"), 0o755); err != nil {
+		return nil, "", err
+	}
+	// Workers run as nobody; they must reach the temp directories.
+	_ = os.Chmod(e.Dir, 0o755)
+	var servers strings.Builder
+	for _, b := range backends {
+		fmt.Fprintf(&servers, "    server %s;\n", b)
+	}
+	tmp := filepath.Join(prefix, "tmp")
+	cfg := fmt.Sprintf(`daemon off;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 8000; }
+http {
+  access_log off;
+  client_body_temp_path %[2]s/body;
+  proxy_temp_path %[2]s/proxy;
+  fastcgi_temp_path %[2]s/fastcgi;
+  uwsgi_temp_path %[2]s/uwsgi;
+  scgi_temp_path %[2]s/scgi;
+  upstream be {
+    hash $http_x_session_id consistent;
+%[3]s    keepalive 256;
+  }
+  server {
+    listen %[4]s;
+    location / {
+      proxy_pass http://be;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+`, prefix, tmp, servers.String(), addr)
+	path := filepath.Join(prefix, "nginx.conf")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, "", err
+	}
+	args := []string{"-p", prefix, "-e", filepath.Join(prefix, "error.log"), "-c", path}
+	if out, err := exec.Command("nginx", append(args, "-t", "-q")...).CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("nginx config check: %v: %s", err, out)
+	}
+	p, err := e.Start(name, "nginx", args...)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, addr, p.WaitTCP(addr, startTimeout)
+}

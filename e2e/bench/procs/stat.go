@@ -1,0 +1,90 @@
+package procs
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
+// 100 on every Linux architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// Usage is a process tree's CPU time and peak resident memory.
+type Usage struct {
+	CPU     time.Duration // utime+stime of the process and its descendants
+	PeakRSS int64         // VmHWM summed over them, bytes
+}
+
+// Usage reads /proc for the process and every descendant (nginx's
+// workers). Threads are included; exited children are not.
+func (p *Process) Usage() Usage {
+	var u Usage
+	for _, pid := range tree(p.Pid()) {
+		u.CPU += cpuOf(pid)
+		u.PeakRSS += hwmOf(pid)
+	}
+	return u
+}
+
+// tree returns pid and its descendants.
+func tree(root int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := statFields(pid); len(f) > 1 {
+			if ppid, err := strconv.Atoi(f[1]); err == nil {
+				children[ppid] = append(children[ppid], pid)
+			}
+		}
+	}
+	out := []int{root}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// statFields returns /proc/<pid>/stat's fields after the command name
+// (which may contain spaces): [0] is state, [1] ppid, [11] utime, [12] stime.
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+func cpuOf(pid int) time.Duration {
+	f := statFields(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * clockTick
+}
+
+func hwmOf(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
