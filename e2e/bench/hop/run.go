@@ -12,18 +12,18 @@ import (
 
 // Options of one hop benchmark.
 type Options struct {
-	Env      *procs.Env
-	Proxies  []string  // from AllProxies; direct is always added first
-	Modes    []Mode    // non-streaming, streaming
-	Rates    []float64 // non-streaming requests per second, each measured for every proxy
+	Env     *procs.Env
+	Proxies []string  // from AllProxies; direct is always added first
+	Modes   []Mode    // non-streaming, streaming
+	Rates   []float64 // non-streaming requests per second, each measured for every proxy
 	// StreamRates are the rates of streamed requests (each is
 	// StreamEvents events, so a tenth of the non-streaming rates keeps
 	// the events per second comparable).
 	StreamRates []float64
-	Backends int       // modelsim processes (default 3)
-	Sessions int       // distinct X-Session-ID values (default 1000)
-	Warmup   time.Duration
-	Duration time.Duration
+	Backends    int // modelsim processes (default 3)
+	Sessions    int // distinct X-Session-ID values (default 1000)
+	Warmup      time.Duration
+	Duration    time.Duration
 	// MaxRate searches the highest rate each proxy sustains with
 	// p99 < P99Limit, no errors and the offered rate completed.
 	MaxRate   bool

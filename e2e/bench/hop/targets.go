@@ -39,8 +39,8 @@ var Labels = map[string]string{
 // target is where one proxy's load goes.
 type target struct {
 	name string
-	url  string         // the proxy's listener; empty for direct
-	proc *procs.Process // the proxy measured; nil for direct
+	url  string           // the proxy's listener; empty for direct
+	proc *procs.Process   // the proxy measured; nil for direct
 	aux  []*procs.Process // processes it needs besides (redis-server, ring peers)
 }
 
