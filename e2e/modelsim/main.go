@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	decode := fs.Duration("decode-per-token", 10*time.Millisecond, "time per output token")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are cut")
 	maxRunning := fs.Int("max-running", sim.DefaultMaxRunning, "requests served at once; the rest wait in FIFO order")
+	serial := fs.Bool("serial-prefill", false, "compute the prefills of all requests one at a time, as one GPU does (default: in parallel)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -74,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s := sim.New(sim.Options{
 		ID: *id, Model: *model, BlockTokens: *blockTokens, CacheBlocks: *cacheBlocks,
 		PrefillPerToken: *prefill, DecodePerToken: *decode, MaxRunning: *maxRunning, Logger: log,
+		SerialPrefill: *serial,
 	})
 	// No write timeout: streams last as long as their tokens take.
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -81,7 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening", "addr", addr, "model", *model, "block_tokens", *blockTokens, "cache_blocks", *cacheBlocks,
-		"prefill_per_token", prefill.String(), "decode_per_token", decode.String(), "max_running", *maxRunning)
+		"prefill_per_token", prefill.String(), "decode_per_token", decode.String(), "max_running", *maxRunning,
+		"serial_prefill", *serial)
 	// Tests of processes wait for this line (with --listen :0 it has the real port).
 	fmt.Fprintf(stdout, "modelsim %s listening on %s\n", *id, addr)
 

@@ -77,7 +77,11 @@ func (s *Server) prefill(ctx context.Context, run *run) {
 	s.metrics.cacheHits.Add(float64(run.cached))
 	run.hold(n)
 
-	if s.timing.sleep(ctx, run.admitted, n-run.cached, prefillCost) != nil {
+	if s.opts.SerialPrefill {
+		if sleepCtx(ctx, s.reservePrefill(n-run.cached)) != nil {
+			return
+		}
+	} else if s.timing.sleep(ctx, run.admitted, n-run.cached, prefillCost) != nil {
 		return
 	}
 	s.mu.Lock()
@@ -140,4 +144,37 @@ func (run *run) whole(ctx context.Context, w http.ResponseWriter) {
 		}
 	}
 	writeJSON(w, http.StatusOK, run.response())
+}
+
+// reservePrefill queues tokens uncached tokens on the serial prefill lane
+// and returns when their computation ends.
+func (s *Server) reservePrefill(tokens int) time.Time {
+	per, _ := s.Timing()
+	s.laneMu.Lock()
+	defer s.laneMu.Unlock()
+	s.laneFree = later(s.laneFree, time.Now()).Add(time.Duration(tokens) * per)
+	return s.laneFree
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// sleepCtx waits until t or until ctx ends (then returns its error).
+func sleepCtx(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -38,6 +38,16 @@ type Options struct {
 	PrefillPerToken time.Duration
 	// DecodePerToken is the time spent before each output token.
 	DecodePerToken time.Duration
+	// SerialPrefill makes prefill one shared resource, as a GPU's compute
+	// is: the uncached prompt tokens of all requests are computed one
+	// request at a time, in admission order, at PrefillPerToken each, so a
+	// request's prefill also waits for the prefills admitted before it.
+	// Without it every running request prefills in parallel, as if the
+	// server had unlimited compute. (vLLM batches prefill tokens up to a
+	// budget per step, which bounds the aggregate prefill rate the same
+	// way.) A prefill's duration is fixed when it is queued: timing changed
+	// later applies to later prefills.
+	SerialPrefill bool
 	// MaxRunning bounds the requests served at once; the rest wait in FIFO
 	// order and are counted by vllm:num_requests_waiting.
 	MaxRunning int

@@ -30,6 +30,9 @@ type Server struct {
 	mu    sync.Mutex // guards cache
 	cache *prefixCache
 
+	laneMu   sync.Mutex // guards laneFree
+	laneFree time.Time  // SerialPrefill: when the prefill lane is next idle
+
 	heldBlocks       atomic.Int64 // KV blocks of the running requests
 	requests         atomic.Int64
 	promptTokens     atomic.Int64

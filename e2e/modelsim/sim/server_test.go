@@ -446,3 +446,27 @@ func (w *discardWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 func (w *discardWriter) WriteHeader(code int) { w.code = code }
+
+// With SerialPrefill, two requests admitted together prefill one after the
+// other: the later one's first token comes after both prefills (at least
+// 300 ms here), not after its own 150 ms alone. (Only the lower bound is
+// checked: sleeps never end early, but a busy machine may end them late.)
+func TestSerialPrefillQueuesPrefills(t *testing.T) {
+	_, ts := start(t, Options{PrefillPerToken: time.Millisecond, SerialPrefill: true})
+	took := make(chan time.Duration, 2)
+	for i := range 2 {
+		go func() {
+			begin := time.Now()
+			resp, err := http.Post(ts.URL+"/v1/completions", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"prompt":%q,"max_tokens":1}`, words(150, fmt.Sprint("p", i)))))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			took <- time.Since(begin)
+		}()
+	}
+	if slowest := max(<-took, <-took); slowest < 300*time.Millisecond {
+		t.Errorf("the later of two 150-token prefills finished after %v; one after the other they need 300ms", slowest)
+	}
+}
