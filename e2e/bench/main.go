@@ -26,6 +26,10 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "hop":
 		err = hopMain(ctx, args)
+	case "sticky":
+		err = stickyMain(ctx, args)
+	case "scale":
+		err = scaleMain(ctx, args)
 	case "affinity":
 		err = affinityMain(args)
 	default:

@@ -1,0 +1,179 @@
+package sticky
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/loadgen"
+	"github.com/tetherproxy/tether/e2e/bench/procs"
+	"github.com/tetherproxy/tether/e2e/bench/workload"
+)
+
+// Options of the stickiness benchmark.
+type Options struct {
+	Bin      string // tether-sidecar and modelsim
+	Replicas []int  // R values
+	Backends []int  // B values
+	Policies []string
+	Workload workload.Params
+	Model    Model
+	// Step is called before each (R, B) configuration (progress).
+	Step func(what string)
+}
+
+// Result is one policy at one (R, B).
+type Result struct {
+	Policy     string
+	R, B       int
+	Requests   int
+	Errors     int
+	FirstErr   error
+	Prompt     int64 // prompt tokens, from the responses' usage
+	Cached     int64 // cached prompt tokens, from the responses' usage
+	SessionP50 float64
+	SessionP10 float64 // per-session hit rates over conversations of 2+ turns
+	TTFT       *loadgen.Histogram
+	Throughput float64 // completed requests per second, first send to last answer
+	Imbalance  float64 // max/mean requests per backend
+	Wall       time.Duration
+}
+
+// HitRate is cached prompt tokens over prompt tokens.
+func (r *Result) HitRate() float64 { return float64(r.Cached) / float64(max(r.Prompt, 1)) }
+
+// Run measures every (R, B): all policies' stacks are started, then the
+// same workload is played against each of them at once, so that all
+// policies share the machine's noise of the same seconds.
+func Run(ctx context.Context, o Options) ([]*Result, error) {
+	convs := workload.Generate(o.Workload)
+	var out []*Result
+	for _, b := range o.Backends {
+		for _, r := range o.Replicas {
+			if o.Step != nil {
+				o.Step(fmt.Sprintf("sticky R=%d B=%d: %d policies at once", r, b, len(o.Policies)))
+			}
+			res, err := runConfig(ctx, o, convs, r, b)
+			if err != nil {
+				return nil, fmt.Errorf("R=%d B=%d: %w", r, b, err)
+			}
+			out = append(out, res...)
+		}
+	}
+	return out, nil
+}
+
+func runConfig(ctx context.Context, o Options, convs []workload.Conversation, r, b int) ([]*Result, error) {
+	env, err := procs.NewEnv(o.Bin)
+	if err != nil {
+		return nil, err
+	}
+	defer env.Close()
+	stacks := make([]*stack, len(o.Policies))
+	errs := make([]error, len(o.Policies))
+	var wg sync.WaitGroup
+	for i, p := range o.Policies {
+		wg.Go(func() { stacks[i], errs[i] = startStack(env, p, r, b, o.Model) })
+	}
+	wg.Wait()
+	defer func() {
+		for _, s := range stacks {
+			if s != nil {
+				s.close()
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	results := make([]*Result, len(stacks))
+	for i, s := range stacks {
+		wg.Go(func() {
+			samples := workload.Drive(ctx, convs, o.Workload, s.urls)
+			results[i] = summarize(s.policy, r, b, samples)
+			results[i].Imbalance, errs[i] = imbalance(s.backends)
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return results, errors.Join(errs...)
+}
+
+func summarize(policy string, r, b int, samples []workload.Sample) *Result {
+	res := &Result{Policy: policy, R: r, B: b, TTFT: &loadgen.Histogram{}}
+	type acc struct{ prompt, cached, turns int }
+	sessions := map[int]*acc{}
+	var first, last time.Time
+	for _, s := range samples {
+		res.Requests++
+		if s.Err != nil {
+			res.Errors++
+			if res.FirstErr == nil {
+				res.FirstErr = s.Err
+			}
+			continue
+		}
+		res.TTFT.Record(s.TTFT)
+		res.Prompt += int64(s.Prompt)
+		res.Cached += int64(s.Cached)
+		a := sessions[s.Conv]
+		if a == nil {
+			a = &acc{}
+			sessions[s.Conv] = a
+		}
+		a.prompt, a.cached, a.turns = a.prompt+s.Prompt, a.cached+s.Cached, a.turns+1
+		if first.IsZero() || s.Sent.Before(first) {
+			first = s.Sent
+		}
+		if end := s.Sent.Add(s.Done); end.After(last) {
+			last = end
+		}
+	}
+	var rates []float64
+	for _, a := range sessions {
+		if a.turns >= 2 {
+			rates = append(rates, float64(a.cached)/float64(max(a.prompt, 1)))
+		}
+	}
+	slices.Sort(rates)
+	if n := len(rates); n > 0 {
+		res.SessionP50, res.SessionP10 = rates[n/2], rates[n/10]
+	}
+	if res.Wall = last.Sub(first); res.Wall > 0 {
+		res.Throughput = float64(res.Requests-res.Errors) / res.Wall.Seconds()
+	}
+	return res
+}
+
+// imbalance reads every backend's request count: max over mean.
+func imbalance(backends []string) (float64, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	var total, most int64
+	for _, b := range backends {
+		resp, err := c.Get("http://" + b + "/sim/stats")
+		if err != nil {
+			return 0, err
+		}
+		var st struct {
+			Requests int64 `json:"requests"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("%s/sim/stats: %w", b, err)
+		}
+		total += st.Requests
+		most = max(most, st.Requests)
+	}
+	if total == 0 {
+		return 0, nil
+	}
+	return float64(most) / (float64(total) / float64(len(backends))), nil
+}

@@ -1,0 +1,116 @@
+// Package sticky measures what stickiness is worth (the benchmarks'
+// section 2): one multi-turn workload, served by R router replicas over B
+// modelsim backends with finite prefix caches, under every policy a user
+// would otherwise pick — and tether's stores — side by side.
+package sticky
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/procs"
+	"github.com/tetherproxy/tether/e2e/bench/routers"
+)
+
+// Policies, in report order. The first four are routers of the benchmark
+// itself (package routers); the others are tether-sidecar processes.
+const (
+	RoundRobin       = routers.RoundRobin
+	LeastOutstanding = routers.LeastOutstanding
+	ConsistentHash   = routers.ConsistentHash
+	TetherMemory     = "tether-memory" // per-replica memory store (Kthena's default)
+	TetherRedis      = "tether-redis"
+	TetherGossip     = "tether-gossip"
+	TetherSoft       = "tether-soft" // soft affinity over the gossip store
+	Oracle           = routers.Oracle
+)
+
+// AllPolicies lists every policy.
+var AllPolicies = []string{RoundRobin, LeastOutstanding, ConsistentHash, TetherMemory, TetherRedis, TetherGossip, TetherSoft, Oracle}
+
+// Labels name the policies in tables and charts.
+var Labels = map[string]string{
+	RoundRobin:       "round robin",
+	LeastOutstanding: "least outstanding",
+	ConsistentHash:   "consistent hash",
+	TetherMemory:     "tether memory (per replica)",
+	TetherRedis:      "tether Redis",
+	TetherGossip:     "tether gossip",
+	TetherSoft:       "tether soft (gossip)",
+	Oracle:           "oracle",
+}
+
+// Model is the simulated GPU server every backend runs.
+type Model struct {
+	PrefillPerToken time.Duration // per uncached prompt token, serialised over requests
+	DecodePerToken  time.Duration // per output token, requests decode in parallel (batched)
+	CacheBlocks     int           // prefix-cache capacity per backend, blocks of 16 tokens
+}
+
+func (m Model) flags() []string {
+	return []string{"--prefill-per-token", m.PrefillPerToken.String(), "--decode-per-token", m.DecodePerToken.String(),
+		"--cache-blocks", fmt.Sprint(m.CacheBlocks), "--serial-prefill"}
+}
+
+// stack is one policy's routers and backends.
+type stack struct {
+	policy   string
+	backends []string
+	urls     []string // router replicas
+	group    *routers.Group
+}
+
+// startStack starts B backends and R router replicas for policy.
+func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error) {
+	s := &stack{policy: policy}
+	for i := range b {
+		_, addr, err := env.Modelsim(fmt.Sprintf("%s-b%d", policy, i), m.flags()...)
+		if err != nil {
+			return nil, err
+		}
+		s.backends = append(s.backends, addr)
+	}
+	switch policy {
+	case RoundRobin, LeastOutstanding, ConsistentHash, Oracle:
+		g, err := routers.Start(policy, s.backends, r)
+		if err != nil {
+			return nil, err
+		}
+		s.group, s.urls = g, g.URLs()
+		return s, nil
+	}
+	side := procs.Sidecar{Backends: s.backends, LogLevel: "warn"}
+	switch policy {
+	case TetherMemory:
+	case TetherRedis:
+		_, addr, err := env.Redis(policy + "-redis")
+		if err != nil {
+			return nil, err
+		}
+		side.Store, side.RedisAddr = "redis", addr
+	case TetherGossip:
+		side.Store = "gossip"
+	case TetherSoft:
+		side.Store, side.Pool = "gossip", "    affinity: {mode: soft}"
+	default:
+		return nil, fmt.Errorf("unknown policy %q", policy)
+	}
+	for i := range r {
+		side.Name = fmt.Sprintf("%s-r%d", policy, i)
+		run, err := env.Sidecar(side)
+		if err != nil {
+			return nil, err
+		}
+		if side.Store == "gossip" && i == 0 {
+			side.GossipJoin = []string{run.Gossip}
+		}
+		s.urls = append(s.urls, "http://"+run.Addr)
+	}
+	return s, nil
+}
+
+func (s *stack) close() {
+	if s.group != nil {
+		s.group.Close()
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/sticky"
+	"github.com/tetherproxy/tether/e2e/bench/workload"
+)
+
+// stickyFlags are section 2's parameters.
+type stickyFlags struct {
+	replicas, backends, policies string
+	prefill, decode              time.Duration
+	cacheBlocks                  int
+	work                         workload.Params
+}
+
+// stickyDefaults: timing of a Llama-3.1-8B-class model on one H100 (see
+// the report's section 2 for the sources), modelsim's default cache.
+var stickyDefaults = stickyFlags{
+	replicas: "1,3,6", backends: "4,8", policies: strings.Join(sticky.AllPolicies, ","),
+	prefill: 50 * time.Microsecond, decode: 6 * time.Millisecond, cacheBlocks: 4096,
+	work: workload.Defaults,
+}
+
+func (s *stickyFlags) register(fs *flag.FlagSet, d stickyFlags) {
+	fs.StringVar(&s.replicas, "replicas", d.replicas, "router replica counts R, comma-separated")
+	fs.StringVar(&s.backends, "backends", d.backends, "backend counts B, comma-separated")
+	fs.StringVar(&s.policies, "policies", d.policies, "policies, comma-separated")
+	fs.DurationVar(&s.prefill, "prefill", d.prefill, "modelsim time per uncached prompt token (one prefill at a time per backend)")
+	fs.DurationVar(&s.decode, "decode", d.decode, "modelsim time per output token")
+	fs.IntVar(&s.cacheBlocks, "cache-blocks", d.cacheBlocks, "modelsim prefix-cache capacity per backend, in blocks of 16 tokens")
+	s.work.Register(fs, d.work)
+}
+
+func (s *stickyFlags) options(bin string) (sticky.Options, error) {
+	s.work.Decode = s.decode
+	o := sticky.Options{Bin: bin, Workload: s.work,
+		Model: sticky.Model{PrefillPerToken: s.prefill, DecodePerToken: s.decode, CacheBlocks: s.cacheBlocks}}
+	var err error
+	if o.Replicas, err = parseInts("-replicas", s.replicas); err != nil {
+		return o, err
+	}
+	if o.Backends, err = parseInts("-backends", s.backends); err != nil {
+		return o, err
+	}
+	for p := range strings.SplitSeq(s.policies, ",") {
+		p = strings.TrimSpace(p)
+		if _, ok := sticky.Labels[p]; !ok {
+			return o, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(sticky.AllPolicies, ","))
+		}
+		o.Policies = append(o.Policies, p)
+	}
+	return o, nil
+}
+
+// flagsString is the command line that reproduces these parameters.
+func (s *stickyFlags) String() string {
+	return fmt.Sprintf("-replicas %s -backends %s -prefill %v -decode %v -cache-blocks %d %s",
+		s.replicas, s.backends, s.prefill, s.decode, s.cacheBlocks, s.work)
+}
+
+func parseInts(flag, list string) ([]int, error) {
+	var out []int
+	for v := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a positive integer", flag, v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func stickyMain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sticky", flag.ExitOnError)
+	bin := fs.String("bin", "bin", "directory with tether-sidecar and modelsim")
+	var s stickyFlags
+	s.register(fs, stickyDefaults)
+	_ = fs.Parse(args)
+	o, err := s.options(*bin)
+	if err != nil {
+		return err
+	}
+	o.Step = func(st string) { fmt.Fprintln(os.Stderr, "…", st) }
+	fmt.Println("workload:", workload.Summary(workload.Generate(o.Workload), o.Workload))
+	res, err := sticky.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	sticky.Print(os.Stdout, o, res)
+	return nil
+}
