@@ -34,7 +34,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.BoolVar(&h.maxRate, "max-rate", d.maxRate, "search each proxy's highest rate with p99 < 5ms")
 	fs.DurationVar(&h.probe, "probe", d.probe, "measured time of one rate-search probe")
 	fs.IntVar(&h.sessions, "sessions", d.sessions, "distinct X-Session-ID values")
-	fs.IntVar(&h.backends, "backends", d.backends, "modelsim backends")
+	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")
 	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars (0: Go's default)")
 }
 
@@ -108,4 +108,10 @@ func parseRates(flag, list string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// String is the flags that reproduce these parameters.
+func (h *hopFlags) String() string {
+	return fmt.Sprintf("-proxies %s -modes %s -rates %s -stream-rates %s -duration %v -warmup %v -max-rate=%t -probe %v -sessions %d -hop-backends %d",
+		h.proxies, h.modes, h.rates, h.streamRates, h.duration, h.warmup, h.maxRate, h.probe, h.sessions, h.backends)
 }

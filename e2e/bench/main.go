@@ -24,6 +24,8 @@ func main() {
 	defer stop()
 	var err error
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "all":
+		err = allMain(ctx, args)
 	case "hop":
 		err = hopMain(ctx, args)
 	case "sticky":

@@ -3,9 +3,9 @@ package hop
 import (
 	"fmt"
 	"io"
-	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/table"
 )
 
 // Ms formats a duration in milliseconds with three significant digits.
@@ -40,21 +40,26 @@ func (r *Results) Added(p *Point, q float64) (time.Duration, bool) {
 	return p.Res.Latency.Quantile(q) - d.Res.Latency.Quantile(q), true
 }
 
-// Print writes one table per mode and rate, with ratios to HAProxy's
-// figures of the same run, then the rate search.
-func (r *Results) Print(w io.Writer) {
+// Setup describes the measurement in one sentence.
+func (r *Results) Setup() string {
 	o := r.Opts
-	fmt.Fprintf(w, "%d modelsim backends (no artificial latency), %d sessions (X-Session-ID), keep-alive; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte\n",
-		o.Backends, o.Sessions, o.Duration, o.Warmup)
+	return fmt.Sprintf("%d modelsim backends (no artificial latency), %d sessions (X-Session-ID), keep-alive; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte; streamed responses are %d SSE events",
+		o.Backends, o.Sessions, o.Duration, o.Warmup, StreamEvents)
+}
+
+// Tables returns one table per mode and rate, with ratios to HAProxy's
+// figures of the same run, then the rate search.
+func (r *Results) Tables() []*table.Table {
+	o := r.Opts
+	var out []*table.Table
 	for _, mode := range o.Modes {
 		for _, rate := range o.rates(mode) {
-			fmt.Fprintf(w, "\n%s, %.0f requests/s offered:\n", mode, rate)
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-			head := []string{"proxy", "ok/sent", "p50 ms", "p99 ms", "p99.9 ms", "+p50", "+p99", "+p99.9", "CPU ms/1k req", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "peak RSS MiB"}
+			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered", mode, rate),
+				Head: []string{"proxy", "ok/sent", "p50 ms", "p99 ms", "p99.9 ms", "added p50", "added p99", "added p99.9",
+					"CPU ms/1k req", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "peak RSS MiB"}}
 			if mode == Streaming {
-				head = append(head, "CPU µs/event")
+				t.Head = append(t.Head, "CPU µs/event")
 			}
-			fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 			h := r.Point(HAProxy, mode, rate)
 			for _, name := range o.Proxies {
 				p := r.Point(name, mode, rate)
@@ -92,29 +97,36 @@ func (r *Results) Print(w io.Writer) {
 						row = append(row, fmt.Sprintf("%.1f", float64(p.CPUPer1k)/1e3/1000/StreamEvents))
 					}
 				}
-				fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+				t.Add(row...)
 			}
-			tw.Flush()
+			out = append(out, t)
 		}
 	}
-	if len(r.Max) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "\nhighest rate with p99 < %v, no errors, offered rate completed (probes of %v):\n", o.P99Limit, o.ProbeTime)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "proxy\tmode\trequests/s\t×HAProxy\t")
-	for _, m := range r.Max {
-		s := fmt.Sprintf("%.0f", m.Rate)
-		if m.Capped {
-			s = "≥ " + s
-		}
-		ratio := "—"
-		for _, h := range r.Max {
-			if h.Proxy == HAProxy && h.Mode == m.Mode {
-				ratio = Ratio(m.Rate, h.Rate)
+	if len(r.Max) > 0 {
+		t := &table.Table{Title: fmt.Sprintf("highest rate with p99 < %v, no errors, the offered rate completed (probes of %v)", o.P99Limit, o.ProbeTime),
+			Head: []string{"proxy", "mode", "requests/s", "×HAProxy"}}
+		for _, m := range r.Max {
+			s := fmt.Sprintf("%.0f", m.Rate)
+			if m.Capped {
+				s = "≥ " + s
 			}
+			ratio := "—"
+			for _, h := range r.Max {
+				if h.Proxy == HAProxy && h.Mode == m.Mode {
+					ratio = Ratio(m.Rate, h.Rate)
+				}
+			}
+			t.Add(Labels[m.Proxy], string(m.Mode), s, ratio)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", Labels[m.Proxy], m.Mode, s, ratio)
+		out = append(out, t)
 	}
-	tw.Flush()
+	return out
+}
+
+// Print writes the setup and the tables as text.
+func (r *Results) Print(w io.Writer) {
+	fmt.Fprintln(w, r.Setup())
+	for _, t := range r.Tables() {
+		t.Text(w)
+	}
 }

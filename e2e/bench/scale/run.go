@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/bench/procs"
+	"github.com/tetherproxy/tether/e2e/bench/table"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
 )
@@ -150,29 +150,31 @@ func lookups(s store.Store, n int, d time.Duration) (float64, error) {
 	return rate, err
 }
 
-// Print writes the tables.
-func (r *Results) Print(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "store\tbindings\tbytes/binding\t")
+// Tables returns the results as tables.
+func (r *Results) Tables() []*table.Table {
+	fp := &table.Table{Title: "memory per binding", Head: []string{"store", "bindings", "bytes/binding"}}
 	for _, f := range r.Footprints {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t\n", f.Store, f.Bindings, f.Bytes)
+		fp.Add(f.Store, fmt.Sprint(f.Bindings), fmt.Sprintf("%.0f", f.Bytes))
 	}
-	tw.Flush()
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "store\tlookups per CPU-second\t")
-	for _, s := range []string{"memory", "gossip", "redis"} {
-		fmt.Fprintf(tw, "%s\t%.0f\t\n", s, r.Lookups[s])
-	}
-	tw.Flush()
-	fmt.Fprintf(w, "\nRedis round trips per request: %.2f for a new session, %.2f for a sticky turn\n",
-		r.RoundTrips.NewSession, r.RoundTrips.Sticky)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\nnodes\tconvergence p50 ms\tp99 ms\tsamples\t")
+	lk := &table.Table{Title: "lookup-and-refresh", Head: []string{"store", "bindings", "lookups per CPU-second", "Redis round trips, new session", "Redis round trips, sticky turn"}}
+	largest := slices.Max(r.Opts.Sizes)
+	lk.Add("memory", fmt.Sprint(largest), fmt.Sprintf("%.0f", r.Lookups["memory"]), "—", "—")
+	lk.Add("gossip", fmt.Sprint(largest), fmt.Sprintf("%.0f", r.Lookups["gossip"]), "—", "—")
+	lk.Add("redis (client + server CPU)", fmt.Sprint(r.Opts.RedisN), fmt.Sprintf("%.0f", r.Lookups["redis"]),
+		fmt.Sprintf("%.2f", r.RoundTrips.NewSession), fmt.Sprintf("%.2f", r.RoundTrips.Sticky))
+	cv := &table.Table{Title: "gossip convergence: a new binding on one node until every other node holds it",
+		Head: []string{"nodes", "p50 ms", "p99 ms", "samples"}}
 	for _, c := range r.Convergence {
-		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%d\t\n", c.Nodes, float64(c.P50)/1e6, float64(c.P99)/1e6, c.Samples)
+		cv.Add(fmt.Sprint(c.Nodes), fmt.Sprintf("%.2f", float64(c.P50)/1e6), fmt.Sprintf("%.2f", float64(c.P99)/1e6), fmt.Sprint(c.Samples))
 	}
-	tw.Flush()
-	fmt.Fprintf(w, "\na replica joining a ring that holds %d bindings serves them after %.1f s\n",
-		slices.Max(r.Opts.Sizes), r.Join.Seconds())
+	jn := &table.Table{Title: "a replica joining a ring", Head: []string{"bindings held by the ring", "until the new replica is synced and holds them all"}}
+	jn.Add(fmt.Sprint(largest), fmt.Sprintf("%.1f s", r.Join.Seconds()))
+	return []*table.Table{fp, lk, cv, jn}
+}
+
+// Print writes the tables as text.
+func (r *Results) Print(w io.Writer) {
+	for _, t := range r.Tables() {
+		t.Text(w)
+	}
 }

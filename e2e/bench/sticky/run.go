@@ -44,6 +44,17 @@ type Result struct {
 	Wall       time.Duration
 }
 
+// PrefillBusy is the share of the run the backends' prefill lanes were
+// busy, on average: uncached prompt tokens × prefill time per token over
+// B × the run's wall time.
+func (r *Result) PrefillBusy(m Model) float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	busy := time.Duration(r.Prompt-r.Cached) * m.PrefillPerToken
+	return busy.Seconds() / (float64(r.B) * r.Wall.Seconds())
+}
+
 // HitRate is cached prompt tokens over prompt tokens.
 func (r *Result) HitRate() float64 { return float64(r.Cached) / float64(max(r.Prompt, 1)) }
 

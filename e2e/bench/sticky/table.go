@@ -3,9 +3,9 @@ package sticky
 import (
 	"fmt"
 	"io"
-	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/table"
 )
 
 // Find returns the result of policy at (r, b), or nil.
@@ -20,14 +20,15 @@ func Find(res []*Result, policy string, r, b int) *Result {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e6) }
 
-// Print writes one table per (R, B), ratios against the oracle and round robin.
-func Print(w io.Writer, o Options, res []*Result) {
+// Tables returns one table per (R, B), with ratios to the oracle's hit
+// rate and to round robin's TTFT.
+func Tables(o Options, res []*Result) []*table.Table {
+	var out []*table.Table
 	for _, b := range o.Backends {
 		for _, r := range o.Replicas {
-			fmt.Fprintf(w, "\nR=%d router replicas, B=%d backends:\n", r, b)
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, strings.Join([]string{"policy", "requests", "errors", "hit rate", "÷ oracle",
-				"session hit p50", "session hit p10", "TTFT p50 ms", "TTFT p99 ms", "RR p50 ÷ p50", "req/s", "imbalance"}, "\t")+"\t")
+			t := &table.Table{Title: fmt.Sprintf("R = %d router replicas, B = %d backends", r, b),
+				Head: []string{"policy", "requests", "errors", "hit rate", "÷ oracle", "session hit p50", "session hit p10",
+					"TTFT p50 ms", "TTFT p99 ms", "RR TTFT p50 ÷", "req/s", "imbalance", "prefill busy"}}
 			oracle, rr := Find(res, Oracle, r, b), Find(res, RoundRobin, r, b)
 			for _, p := range o.Policies {
 				x := Find(res, p, r, b)
@@ -41,11 +42,21 @@ func Print(w io.Writer, o Options, res []*Result) {
 				if rr != nil && x.TTFT.Quantile(0.5) > 0 {
 					vsRR = fmt.Sprintf("%.2f×", float64(rr.TTFT.Quantile(0.5))/float64(x.TTFT.Quantile(0.5)))
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t%s\t%.1f\t%.2f\t\n",
-					Labels[p], x.Requests, x.Errors, 100*x.HitRate(), vsOracle, 100*x.SessionP50, 100*x.SessionP10,
-					ms(x.TTFT.Quantile(0.5)), ms(x.TTFT.Quantile(0.99)), vsRR, x.Throughput, x.Imbalance)
+				t.Add(Labels[p], fmt.Sprint(x.Requests), fmt.Sprint(x.Errors), pct(x.HitRate()), vsOracle,
+					pct(x.SessionP50), pct(x.SessionP10), ms(x.TTFT.Quantile(0.5)), ms(x.TTFT.Quantile(0.99)), vsRR,
+					fmt.Sprintf("%.1f", x.Throughput), fmt.Sprintf("%.2f", x.Imbalance), pct(x.PrefillBusy(o.Model)))
 			}
-			tw.Flush()
+			out = append(out, t)
 		}
+	}
+	return out
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// Print writes the tables as text.
+func Print(w io.Writer, o Options, res []*Result) {
+	for _, t := range Tables(o, res) {
+		t.Text(w)
 	}
 }

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/hop"
+	"github.com/tetherproxy/tether/e2e/bench/procs"
+	"github.com/tetherproxy/tether/e2e/bench/progress"
+	"github.com/tetherproxy/tether/e2e/bench/report"
+	"github.com/tetherproxy/tether/e2e/bench/scale"
+	"github.com/tetherproxy/tether/e2e/bench/sticky"
+)
+
+// The full run's parameters (make bench, about 12 minutes on 2 cores).
+var (
+	fullHop = hopFlags{
+		proxies: strings.Join(hop.AllProxies, ","), modes: "non-streaming,streaming",
+		rates: "1000,2000,5000", streamRates: "200,500",
+		duration: 3 * time.Second, warmup: time.Second, maxRate: true, probe: 1500 * time.Millisecond,
+		sessions: 1000, backends: 3,
+	}
+	fullSticky = stickyDefaults
+	fullScale  = scaleDefaults
+)
+
+// The quick run's (make bench-quick, CI): every section, every proxy and
+// policy, smaller. It fails when something does not work; it asserts no
+// performance figure.
+var (
+	quickHop = hopFlags{
+		proxies: strings.Join(hop.AllProxies, ","), modes: "non-streaming,streaming",
+		rates: "1000", streamRates: "100",
+		duration: time.Second, warmup: 500 * time.Millisecond, maxRate: false, probe: time.Second,
+		sessions: 1000, backends: 3,
+	}
+	quickSticky = func() stickyFlags {
+		s := stickyDefaults
+		s.replicas, s.backends = "3", "4"
+		s.work.Conversations, s.work.Ramp, s.work.TurnsMax, s.work.ThinkMean, s.work.ThinkMax = 40, 2*time.Second, 6, 500*time.Millisecond, 2*time.Second
+		return s
+	}()
+	quickScale = scaleFlags{sizes: "10000,100000", rings: "3,10", samples: 30, redisN: 10000, rtN: 50, lookupTime: 500 * time.Millisecond}
+)
+
+func allMain(ctx context.Context, args []string) error {
+	quick := slices.Contains(args, "-quick") || slices.Contains(args, "--quick")
+	h, s, sc := fullHop, fullSticky, fullScale
+	out, readme := "e2e/bench", "README.md"
+	if quick {
+		h, s, sc = quickHop, quickSticky, quickScale
+		out, readme = "bin/bench-quick", ""
+	}
+	fs := flag.NewFlagSet("all", flag.ExitOnError)
+	fs.Bool("quick", false, "a reduced run of every section (CI); writes to bin/bench-quick, not the README")
+	bin := fs.String("bin", "bin", "directory with tether-sidecar and modelsim")
+	outDir := fs.String("out", out, "directory for REPORT.md and the charts")
+	readmePath := fs.String("readme", readme, "README whose headline block to rewrite (empty: none)")
+	h.register(fs, h)
+	s.register(fs, s)
+	sc.register(fs, sc)
+	_ = fs.Parse(args)
+	s.work.Decode = s.decode
+
+	env, err := procs.NewEnv(*bin)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	ho, err := h.options(env)
+	if err != nil {
+		return err
+	}
+	so, err := s.options(*bin)
+	if err != nil {
+		return err
+	}
+	sco, err := sc.options(*bin)
+	if err != nil {
+		return err
+	}
+
+	bar := progress.New()
+	planHop(bar, ho)
+	bar.Plan(len(so.Replicas)*len(so.Backends), so.Workload.Ramp+30*time.Second)
+	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*10+2*time.Second)
+	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*40+3*time.Second)
+	bar.Plan(len(sco.Rings), 6*time.Second)
+	bar.Plan(1, 10*time.Second)
+	ho.Step, so.Step, sco.Step = bar.Step, bar.Step, bar.Step
+
+	in := &report.Input{
+		Command:   "go run ./e2e/bench all " + strings.Join(args, " "),
+		HopCmd:    "go run ./e2e/bench hop " + h.String(),
+		StickyCmd: "go run ./e2e/bench sticky " + s.String(),
+		ScaleCmd:  "go run ./e2e/bench scale " + sc.String(),
+		Started:   time.Now(),
+		Machine:   machine(),
+	}
+	if quick {
+		in.Command = "make bench-quick"
+	} else if len(args) == 0 {
+		in.Command = "make bench"
+	}
+	bar.Start()
+	if in.Hop, err = hop.Run(ctx, ho); err == nil {
+		in.StickyOpts = so
+		if in.Sticky, err = sticky.Run(ctx, so); err == nil {
+			in.Scale, err = scale.Run(ctx, sco)
+		}
+	}
+	bar.Finish()
+	if err != nil {
+		return err
+	}
+	in.Took = time.Since(in.Started)
+	if err := sanity(in); err != nil {
+		return err
+	}
+	headline, err := report.Write(*outDir, in)
+	if err != nil {
+		return err
+	}
+	fmt.Println(headline)
+	fmt.Printf("\nreport: %s/REPORT.md\n", *outDir)
+	if *readmePath != "" {
+		return report.UpdateReadme(*readmePath, headline, in.Command)
+	}
+	return nil
+}
+
+// planHop puts section 1's steps on the bar, in hop.Run's order.
+func planHop(bar *progress.Bar, o hop.Options) {
+	n := len(o.Proxies)
+	if !slices.Contains(o.Proxies, hop.Direct) {
+		n++
+	}
+	for _, m := range o.Modes {
+		rates := o.Rates
+		if m == hop.Streaming {
+			rates = o.StreamRates
+		}
+		bar.Plan(n*len(rates), o.Warmup+o.Duration+300*time.Millisecond)
+		if o.MaxRate {
+			bar.Plan(n, 5*(o.ProbeTime*5/4+300*time.Millisecond))
+		}
+	}
+}
+
+// sanity fails the run when a part did not work (no successful requests,
+// most requests failing, no cache hits where stickiness must give some).
+// It asserts no performance figure: the machine is shared and noisy.
+func sanity(in *report.Input) error {
+	var errs []error
+	for _, p := range in.Hop.Points {
+		if p.Res.Errors > p.Res.Sent/20 {
+			errs = append(errs, fmt.Errorf("hop %s %s at %.0f/s: %d of %d requests failed (first: %v)", p.Proxy, p.Mode, p.Rate, p.Res.Errors, p.Res.Sent, p.Res.FirstErr))
+		}
+	}
+	for _, r := range in.Sticky {
+		if r.Errors > r.Requests/10 || r.Requests == r.Errors {
+			errs = append(errs, fmt.Errorf("sticky %s R=%d B=%d: %d of %d requests failed (first: %v)", r.Policy, r.R, r.B, r.Errors, r.Requests, r.FirstErr))
+		}
+		if r.Cached == 0 {
+			errs = append(errs, fmt.Errorf("sticky %s R=%d B=%d: no prefix-cache hit at all", r.Policy, r.R, r.B))
+		}
+	}
+	s := in.Scale
+	for _, st := range []string{"memory", "gossip", "redis"} {
+		if s.Lookups[st] <= 0 {
+			errs = append(errs, fmt.Errorf("scale: no %s lookups", st))
+		}
+	}
+	if s.RoundTrips.Sticky == 0 || s.Join <= 0 {
+		errs = append(errs, errors.New("scale: Redis round trips or the join were not measured"))
+	}
+	return errors.Join(errs...)
+}
+
+// machine describes where the run happened.
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	l, _, _ := strings.Cut(string(load), " ")
+	return fmt.Sprintf("Machine: %d cores (%s), %s; load average %s when the run started.", runtime.NumCPU(), cpu, runtime.Version(), l)
+}

@@ -1,0 +1,133 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Series is one line of a line chart.
+type Series struct {
+	Name   string
+	X, Y   []float64
+	Dashed bool
+	Color  int // palette index; series of one proxy share it
+}
+
+// Bars is one group of a grouped bar chart: one value per category.
+type Bars struct {
+	Name   string
+	Values []float64
+}
+
+// RefLine is a horizontal reference line across a bar chart.
+type RefLine struct {
+	Name  string
+	Y     float64
+	Color int
+}
+
+const (
+	chartW = 8 * vg.Inch
+	chartH = 4.5 * vg.Inch
+)
+
+func newPlot(title, command, xLabel, yLabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title + "\n" + command
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.X.Label.Text, p.Y.Label.Text = xLabel, yLabel
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// LineChart draws series over a shared x axis (logarithmic if logX).
+func LineChart(path, title, command, xLabel, yLabel string, series []Series, logX bool) error {
+	p := newPlot(title, command, xLabel, yLabel)
+	if logX {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	for i, s := range series {
+		xys := make(plotter.XYs, len(s.X))
+		for j := range s.X {
+			xys[j] = plotter.XY{X: s.X[j], Y: s.Y[j]}
+		}
+		l, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return err
+		}
+		c := s.Color
+		if c < 0 {
+			c = i
+		}
+		l.Color, pts.Color = plotutil.Color(c), plotutil.Color(c)
+		l.Width = vg.Points(1.5)
+		pts.Shape = plotutil.Shape(c)
+		if s.Dashed {
+			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		}
+		p.Add(l, pts)
+		p.Legend.Add(s.Name, l, pts)
+	}
+	return p.Save(chartW, chartH, path)
+}
+
+// BarChart draws groups of bars over the categories, with reference lines.
+func BarChart(path, title, command, yLabel string, categories []string, groups []Bars, refs []RefLine) error {
+	p := newPlot(title, command, "", yLabel)
+	p.NominalX(categories...)
+	p.X.Tick.Label.Rotation = 0.35
+	p.X.Tick.Label.XAlign = draw.XRight
+	// About 480 points of plotting width: each category gets its share,
+	// three quarters of it filled by its group of bars.
+	w := vg.Points(480 / float64(max(len(categories), 1)) * 0.75 / float64(max(len(groups), 1)))
+	top := 0.0
+	for i, g := range groups {
+		b, err := plotter.NewBarChart(plotter.Values(g.Values), w)
+		if err != nil {
+			return err
+		}
+		b.Color = plotutil.Color(i)
+		b.LineStyle.Width = 0
+		b.Offset = w * vg.Length(float64(i)-float64(len(groups)-1)/2)
+		p.Add(b)
+		p.Legend.Add(g.Name, b)
+		for _, v := range g.Values {
+			top = math.Max(top, v)
+		}
+	}
+	for _, r := range refs {
+		f := plotter.NewFunction(func(float64) float64 { return r.Y })
+		f.Color = darker(plotutil.Color(r.Color))
+		f.Width = vg.Points(1.5)
+		f.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+		p.Add(f)
+		p.Legend.Add(r.Name, f)
+		top = math.Max(top, r.Y)
+	}
+	p.Y.Min, p.Y.Max = 0, top*1.25 // room for the legend
+	return p.Save(chartW, chartH, path)
+}
+
+func darker(c color.Color) color.Color {
+	r, g, b, _ := c.RGBA()
+	return color.RGBA{uint8(r >> 9), uint8(g >> 9), uint8(b >> 9), 255}
+}
+
+// figure is one chart in the report: its file and caption.
+type figure struct {
+	File, Caption string
+}
+
+func (f figure) markdown() string {
+	return fmt.Sprintf("![%s](%s)\n\n*%s*\n", f.Caption, f.File, f.Caption)
+}

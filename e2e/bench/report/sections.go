@@ -1,0 +1,152 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/tetherproxy/tether/e2e/bench/hop"
+	"github.com/tetherproxy/tether/e2e/bench/sticky"
+)
+
+func hopSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
+	r := in.Hop
+	if r == nil {
+		return nil, nil
+	}
+	fmt.Fprintf(b, "## 1. What one hop costs\n\n`%s`\n\n%s. Every proxy runs as a real process on loopback with the config the bench writes: HAProxy %s with one thread, a stick table on `X-Session-ID` (`stick on req.hdr(x-session-id)`, `balance leastconn`) and keep-alive to the backends; nginx %s with one worker, `hash $http_x_session_id consistent`, upstream keep-alive and `proxy_buffering off` (so SSE events pass as they come); tether-sidecar with one pool on the same header (memory store with and without its access log; Redis store on a real redis-server; gossip store in a ring of three sidecars, the load on one). The backends are modelsim processes with no artificial latency for every proxy (so the figures include a realistic OpenAI JSON and SSE backend, not a static file). CPU is utime+stime of the proxy's processes from /proc over the measured part; in brackets what it needs besides (redis-server, the other ring members). Peak RSS is VmHWM. *Added* is the proxy's percentile minus direct's at the same rate and mode.\n\n",
+		in.HopCmd, r.Setup(), toolVersion("haproxy"), toolVersion("nginx"))
+	writeTables(b, r.Tables())
+	var figs []figure
+	for i, mode := range r.Opts.Modes {
+		var series []Series
+		for c, name := range r.Opts.Proxies {
+			if name == hop.Direct {
+				continue
+			}
+			var xs, p99, p50 []float64
+			for _, p := range r.Points {
+				if p.Proxy != name || p.Mode != mode {
+					continue
+				}
+				a99, _ := r.Added(&p, 0.99)
+				a50, _ := r.Added(&p, 0.5)
+				xs, p99, p50 = append(xs, p.Rate), append(p99, float64(a99)/1e6), append(p50, float64(a50)/1e6)
+			}
+			series = append(series, Series{Name: hop.Labels[name] + " p99", X: xs, Y: p99, Color: c},
+				Series{Name: "p50", X: xs, Y: p50, Dashed: true, Color: c})
+		}
+		f := figure{File: fmt.Sprintf("hop-%s.png", mode),
+			Caption: fmt.Sprintf("Added latency over direct vs offered rate, %s (solid p99, dashed p50). `%s`", mode, in.HopCmd)}
+		if err := LineChart(filepath.Join(dir, f.File), fmt.Sprintf("Added latency over direct, %s", mode), in.HopCmd,
+			"offered requests/s", "added latency, ms", series, false); err != nil {
+			return nil, err
+		}
+		figs = append(figs, f)
+		b.WriteString(f.markdown() + "\n")
+		_ = i
+	}
+	return figs, nil
+}
+
+func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
+	if len(in.Sticky) == 0 {
+		return nil, nil
+	}
+	o := in.StickyOpts
+	fmt.Fprintf(b, "## 2. What stickiness is worth\n\n`%s`\n\n", in.StickyCmd)
+	fmt.Fprintf(b, "%s\n\n", stickySetup(in))
+	writeTables(b, sticky.Tables(o, in.Sticky))
+	writeTables(b, targetTables(in))
+	var figs []figure
+	policies := slices.DeleteFunc(slices.Clone(o.Policies), func(p string) bool { return p == sticky.Oracle })
+	var labels []string
+	for _, p := range policies {
+		labels = append(labels, sticky.Labels[p])
+	}
+	for _, bk := range o.Backends {
+		for _, m := range []struct {
+			file, what, unit string
+			val              func(*sticky.Result) float64
+		}{
+			{"hitrate", "Prefix-cache hit rate", "cached prompt tokens / prompt tokens, %", func(x *sticky.Result) float64 { return 100 * x.HitRate() }},
+			{"ttft", "TTFT p50", "time to first token, p50, ms", func(x *sticky.Result) float64 { return float64(x.TTFT.Quantile(0.5)) / 1e6 }},
+		} {
+			var groups []Bars
+			var refs []RefLine
+			for i, r := range o.Replicas {
+				g := Bars{Name: fmt.Sprintf("R = %d", r)}
+				for _, p := range policies {
+					v := 0.0
+					if x := sticky.Find(in.Sticky, p, r, bk); x != nil {
+						v = m.val(x)
+					}
+					g.Values = append(g.Values, v)
+				}
+				groups = append(groups, g)
+				if x := sticky.Find(in.Sticky, sticky.Oracle, r, bk); x != nil {
+					refs = append(refs, RefLine{Name: fmt.Sprintf("oracle, R = %d", r), Y: m.val(x), Color: i})
+				}
+			}
+			f := figure{File: fmt.Sprintf("sticky-%s-B%d.png", m.file, bk),
+				Caption: fmt.Sprintf("%s per policy, B = %d backends, bars per router replica count R, dashed lines the oracle. `%s`", m.what, bk, in.StickyCmd)}
+			if err := BarChart(filepath.Join(dir, f.File), fmt.Sprintf("%s per policy, B = %d backends", m.what, bk),
+				shortCmd(in.StickyCmd), m.unit, labels, groups, refs); err != nil {
+				return nil, err
+			}
+			figs = append(figs, f)
+			b.WriteString(f.markdown() + "\n")
+		}
+	}
+	return figs, nil
+}
+
+func scaleSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
+	r := in.Scale
+	if r == nil {
+		return nil, nil
+	}
+	fmt.Fprintf(b, "## 3. Scale of the stores\n\n`%s`\n\nMeasured in the bench process through the stores' public APIs (the gossip nodes are real memberlist nodes on loopback with production timers): bytes per binding is the live heap the store grew by (after a GC on both sides) over the bindings it holds, keys included (as the resolver makes them: a 128-bit hash of pool and session key), backend IDs shaped like Kubernetes pods (`namespace/name/uid`, 100 distinct). Lookups per CPU-second: lookup-and-refresh of random held keys from one goroutine per core (Redis: 32 in flight), divided by the CPU time spent (Redis: the bench's and redis-server's). Redis round trips are counted by a relay between a real tether-sidecar and redis-server: a round trip is the client writing again after the server answered. Convergence: a binding created on one node of the ring until every other node holds it, polled every 50 µs. Join: a new replica joins a ring whose one member holds the bindings, until it reports synced (its `/readyz` turns ready) and holds them all (a sample checked).\n\n", in.ScaleCmd)
+	writeTables(b, r.Tables())
+	var figs []figure
+	var series []Series
+	for i, st := range []string{"memory", "gossip"} {
+		s := Series{Name: st + " store", Color: i}
+		for _, f := range r.Footprints {
+			if f.Store == st {
+				s.X, s.Y = append(s.X, float64(f.Bindings)), append(s.Y, f.Bytes)
+			}
+		}
+		series = append(series, s)
+	}
+	f := figure{File: "scale-bytes.png", Caption: fmt.Sprintf("Bytes per binding vs bindings held. `%s`", in.ScaleCmd)}
+	if err := LineChart(filepath.Join(dir, f.File), "Bytes per binding vs bindings held", shortCmd(in.ScaleCmd),
+		"bindings", "bytes per binding", series, true); err != nil {
+		return nil, err
+	}
+	figs = append(figs, f)
+	b.WriteString(f.markdown() + "\n")
+	var p50, p99 Series
+	p50, p99 = Series{Name: "p50", Color: 0}, Series{Name: "p99", Color: 1}
+	for _, c := range r.Convergence {
+		p50.X, p50.Y = append(p50.X, float64(c.Nodes)), append(p50.Y, float64(c.P50)/1e6)
+		p99.X, p99.Y = append(p99.X, float64(c.Nodes)), append(p99.Y, float64(c.P99)/1e6)
+	}
+	f = figure{File: "scale-convergence.png", Caption: fmt.Sprintf("Gossip convergence time vs ring size. `%s`", in.ScaleCmd)}
+	if err := LineChart(filepath.Join(dir, f.File), "Gossip convergence vs ring size", shortCmd(in.ScaleCmd),
+		"nodes in the ring", "until every node holds a new binding, ms", []Series{p50, p99}, false); err != nil {
+		return nil, err
+	}
+	figs = append(figs, f)
+	b.WriteString(f.markdown() + "\n")
+	return figs, nil
+}
+
+// shortCmd fits a command into a chart title (the caption has it whole).
+func shortCmd(c string) string {
+	if len(c) > 110 {
+		return c[:107] + "..."
+	}
+	return c
+}

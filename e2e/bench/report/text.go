@@ -1,0 +1,151 @@
+package report
+
+import (
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/hop"
+	"github.com/tetherproxy/tether/e2e/bench/sticky"
+	"github.com/tetherproxy/tether/e2e/bench/table"
+	"github.com/tetherproxy/tether/e2e/bench/workload"
+)
+
+// toolVersion is the first line of `name -v`, trimmed to the version.
+func toolVersion(name string) string {
+	out, _ := exec.Command(name, "-v").CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, name+"/"); ok { // nginx/1.22.1
+			return v
+		}
+		if len(f) > 0 && f[0] >= '0' && f[0] <= '9' && strings.Contains(f, ".") { // HAProxy version 2.6.12-1
+			return f
+		}
+	}
+	return "(version unknown)"
+}
+
+func stickySetup(in *Input) string {
+	o := in.StickyOpts
+	m := o.Model
+	w := o.Workload
+	convs := workload.Generate(w)
+	return fmt.Sprintf(`**Model.** Every backend is a modelsim process simulating one GPU serving a Llama-3.1-8B-class model: %v per uncached prompt token, computed one request at a time (`+"`--serial-prefill`"+`: prefill is the GPU's compute, shared by all requests, as vLLM's token budget per step shares it), and %v per output token, decoded in parallel (batched). Sources: prefill of an 8B Llama takes 15.7 ms for 1,000 input tokens on a GH200 (16 µs/token) and 48 ms for 500 tokens on an A100-80GB (97 µs/token) at concurrency 1 (NVIDIA NIM "Llama 3.1 Nemotron Safety Guard 8B" performance pages, versions 1.14.0 and 1.10.1); %v is an H100 at a realistic utilisation between the two. Decode: Llama-3.1-8B-Instruct on one H100 has an inter-token latency of 5.19 ms at 25 concurrent requests and 5.91 ms at 50 (NVIDIA NIM LLM benchmarking, "Performance", NIM 1.8.0). So prefilling one token costs about 1/%.0f of decoding one, the ratio that decides what a cache hit saves. Each backend has a prefix cache of %d blocks of 16 tokens (%d tokens, LRU, modelsim's default), hashed per block as vLLM's prefix cache is.
+
+**Workload** (`+"`%s`"+`): %s. A conversation's turns share one system prompt of %d tokens (cached on every backend after its first use); each turn sends the whole history (user messages and the model's earlier answers) plus a new user message; answers are streamed (the first %d tokens; the rest of an answer's decode time is waited out by the client and its full text joins the history, so prompts and pacing are those of full answers at a fraction of the SSE events a 2-core machine can carry). Each request goes to a router replica drawn at random, as behind a Kubernetes Service. TTFT is the time to the first token event at the client; hit rate is the sum of usage.prompt_tokens_details.cached_tokens over the sum of usage.prompt_tokens, from the responses; a session's hit rate is the same over its own turns (conversations of two turns or more); imbalance is the most requests one backend served over the mean; prefill busy is the uncached tokens' prefill time over B × the run's wall time.
+
+**Policies.** Round robin, least outstanding (each replica's own in-flight counts, no stickiness), consistent hashing on X-Session-ID (160 points per backend on a crc32 ring, as nginx's ketama; every replica computes the same) and the oracle (one binding map and one set of in-flight counts that every replica shares instantly; new sessions go to the least loaded backend) are small reverse proxies in the bench process, one listener per replica. The tether policies are R tether-sidecar processes with one pool keyed on X-Session-ID, access log off: memory (each replica its own store: Kthena's default), Redis (one redis-server), gossip (the R sidecars in one ring), soft (soft affinity with its default thresholds over the gossip store, scraping the backends' vLLM metrics). All policies run at once, each on its own backends with the same workload, so they share the machine's noise of the same seconds.`,
+		m.PrefillPerToken, m.DecodePerToken, m.PrefillPerToken, float64(m.DecodePerToken)/float64(m.PrefillPerToken),
+		m.CacheBlocks, m.CacheBlocks*16, w, workload.Summary(convs, w), w.SystemTokens, w.StreamTokens)
+}
+
+// check formats a measured ratio against a minimum.
+func check(v, target float64) string {
+	mark := "✗ not met"
+	if v >= target {
+		mark = "✓"
+	}
+	return fmt.Sprintf("%.2f (target ≥ %.2f) %s", v, target, mark)
+}
+
+func targetTables(in *Input) []*table.Table {
+	o, res := in.StickyOpts, in.Sticky
+	t := &table.Table{Title: "issue targets, as measured in this run", Head: []string{"target", "R", "B", "measured"}}
+	for _, b := range o.Backends {
+		for _, r := range o.Replicas {
+			oracle, mem, rr := sticky.Find(res, sticky.Oracle, r, b), sticky.Find(res, sticky.TetherMemory, r, b), sticky.Find(res, sticky.RoundRobin, r, b)
+			for _, p := range []string{sticky.TetherRedis, sticky.TetherGossip} {
+				x := sticky.Find(res, p, r, b)
+				if x == nil {
+					continue
+				}
+				if oracle != nil && r >= 3 {
+					t.Add(sticky.Labels[p]+" hit rate ÷ oracle's", fmt.Sprint(r), fmt.Sprint(b), check(x.HitRate()/oracle.HitRate(), 0.98))
+				}
+				if mem != nil && r >= 6 {
+					t.Add(sticky.Labels[p]+" hit rate ÷ per-replica memory's", fmt.Sprint(r), fmt.Sprint(b), check(x.HitRate()/mem.HitRate(), 1.8))
+				}
+				if rr != nil && x.TTFT.Quantile(0.5) > 0 {
+					t.Add("round robin's TTFT p50 ÷ "+sticky.Labels[p]+"'s", fmt.Sprint(r), fmt.Sprint(b),
+						check(float64(rr.TTFT.Quantile(0.5))/float64(x.TTFT.Quantile(0.5)), 3))
+				}
+			}
+		}
+	}
+	return []*table.Table{t}
+}
+
+func msf(d time.Duration) string { return hop.Ms(d) + " ms" }
+
+// headline is the README's table: the issue's claims, as measured.
+func headline(in *Input) *table.Table {
+	t := &table.Table{Head: []string{"claim", "measured in this run"}}
+	if r := in.Hop; r != nil {
+		for _, mode := range r.Opts.Modes {
+			rates := r.Opts.Rates
+			if mode == hop.Streaming {
+				rates = r.Opts.StreamRates
+			}
+			rate := slices.Max(rates)
+			tp, hp := r.Point(hop.Tether, mode, rate), r.Point(hop.HAProxy, mode, rate)
+			if tp == nil || hp == nil {
+				continue
+			}
+			ta, _ := r.Added(tp, 0.99)
+			ha, _ := r.Added(hp, 0.99)
+			t.Add(fmt.Sprintf("added p99 over direct, %s, %.0f req/s: tether (memory) vs HAProxy", mode, rate),
+				fmt.Sprintf("%s vs %s; p99 %s vs %s", msf(ta), msf(ha), msf(tp.Res.Latency.Quantile(0.99)), msf(hp.Res.Latency.Quantile(0.99))))
+			t.Add(fmt.Sprintf("CPU per 1,000 requests, %s, %.0f req/s: tether vs HAProxy", mode, rate),
+				fmt.Sprintf("%.0f ms vs %.0f ms (%s)", float64(tp.CPUPer1k)/1e6, float64(hp.CPUPer1k)/1e6, hop.Ratio(float64(tp.CPUPer1k), float64(hp.CPUPer1k))))
+		}
+		for _, mode := range r.Opts.Modes {
+			var tr, hr *hop.MaxRate
+			for i := range r.Max {
+				if m := &r.Max[i]; m.Mode == mode && m.Proxy == hop.Tether {
+					tr = m
+				} else if m.Mode == mode && m.Proxy == hop.HAProxy {
+					hr = m
+				}
+			}
+			if tr != nil && hr != nil {
+				t.Add(fmt.Sprintf("highest rate at p99 < %v, %s: tether vs HAProxy", r.Opts.P99Limit, mode),
+					fmt.Sprintf("%.0f vs %.0f req/s (%s)", tr.Rate, hr.Rate, hop.Ratio(tr.Rate, hr.Rate)))
+			}
+		}
+	}
+	if len(in.Sticky) > 0 {
+		o := in.StickyOpts
+		r, b := slices.Max(o.Replicas), slices.Max(o.Backends)
+		x := func(p string) *sticky.Result { return sticky.Find(in.Sticky, p, r, b) }
+		if g, or, mem, rr := x(sticky.TetherGossip), x(sticky.Oracle), x(sticky.TetherMemory), x(sticky.RoundRobin); g != nil && or != nil && mem != nil && rr != nil {
+			t.Add(fmt.Sprintf("prefix-cache hit rate, R = %d replicas, B = %d: tether gossip / oracle / per-replica memory / round robin", r, b),
+				fmt.Sprintf("%s / %s / %s / %s", pct(g.HitRate()), pct(or.HitRate()), pct(mem.HitRate()), pct(rr.HitRate())))
+			t.Add(fmt.Sprintf("TTFT p50, R = %d, B = %d: tether gossip vs round robin", r, b),
+				fmt.Sprintf("%s vs %s (%.2f× better)", msf(g.TTFT.Quantile(0.5)), msf(rr.TTFT.Quantile(0.5)),
+					float64(rr.TTFT.Quantile(0.5))/float64(max(g.TTFT.Quantile(0.5), 1))))
+		}
+	}
+	if s := in.Scale; s != nil {
+		n := slices.Max(s.Opts.Sizes)
+		var mem, gos float64
+		for _, f := range s.Footprints {
+			if f.Bindings == n && f.Store == "memory" {
+				mem = f.Bytes
+			} else if f.Bindings == n && f.Store == "gossip" {
+				gos = f.Bytes
+			}
+		}
+		t.Add(fmt.Sprintf("bytes per binding at %d bindings: memory / gossip store", n), fmt.Sprintf("%.0f / %.0f", mem, gos))
+		if len(s.Convergence) > 0 {
+			c := s.Convergence[len(s.Convergence)-1]
+			t.Add(fmt.Sprintf("gossip convergence, %d nodes", c.Nodes), fmt.Sprintf("p50 %s, p99 %s", msf(c.P50), msf(c.P99)))
+		}
+		t.Add(fmt.Sprintf("a replica joining a ring of %d bindings serves them after", n), fmt.Sprintf("%.1f s", s.Join.Seconds()))
+	}
+	return t
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
