@@ -13,7 +13,7 @@ HELM_VERSION ?= v3.22.0
 HELM         := $(TOOLS)/helm-$(HELM_VERSION)/helm
 export TETHER_HELM := $(HELM)
 
-.PHONY: all build run test unit e2e fmt vet deps deps-redis helm kube-tools bench bench-affinity fuzz clean
+.PHONY: all build run test unit e2e fmt vet deps deps-redis deps-bench helm kube-tools bench bench-quick bench-hop bench-go bench-affinity fuzz clean
 
 all: build
 
@@ -36,6 +36,13 @@ deps-redis:
 	  echo "installing redis-server with apt-get"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) || \
 	  { echo "error: could not install redis-server (apt-get); the Redis store tests need it" >&2; exit 1; }; }
+
+# The side-by-side benchmarks run real HAProxy and nginx (and redis-server).
+deps-bench: deps-redis
+	@command -v haproxy >/dev/null && command -v nginx >/dev/null || { \
+	  echo "installing haproxy and nginx with apt-get"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy nginx >/dev/null) || \
+	  { echo "error: could not install haproxy and nginx (apt-get); the benchmarks compare tether with them" >&2; exit 1; }; }
 
 # helm, built from the Go module proxy (never downloaded as a binary).
 helm: $(HELM)
@@ -62,12 +69,34 @@ e2e: build kube-tools helm
 kube-tools:
 	@bash e2e/tools/build-kube.sh
 
-bench: build
+# Every benchmark side by side with HAProxy, nginx and the routing policies
+# users run today (~12 min on 2 cores): writes e2e/bench/REPORT.md, its
+# charts and the README's headline table. See README "Benchmarks".
+bench: build deps-bench
+	$(GO) build -o $(BIN)/bench ./e2e/bench
+	$(BIN)/bench all
+
+# A reduced run of every section (~1-2 min, part of CI): fails if a proxy,
+# policy or store does not work; asserts no performance figure.
+bench-quick: build deps-bench
+	$(GO) build -o $(BIN)/bench ./e2e/bench
+	$(BIN)/bench all -quick
+
+# One hop: direct vs HAProxy vs nginx vs tether (access log on and off),
+# CPU per 1,000 requests, p50/p99/p99.9 at 2,000 and 5,000 requests/s
+# (streamed: 200 and 500), highest rate at p99 < 5 ms (~2 min).
+# HOP_FLAGS adds flags, e.g. HOP_FLAGS='-proxies direct,haproxy,tether -max-rate=false'.
+bench-hop: build deps-bench
+	$(GO) build -o $(BIN)/bench ./e2e/bench
+	$(BIN)/bench hop $(HOP_FLAGS)
+
+# The Go micro-benchmarks of every package (testing.B).
+bench-go: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Round robin vs hard vs soft affinity on a skewed multi-turn workload (~1 min).
 bench-affinity:
-	$(GO) run ./e2e/bench -duration 15s
+	$(GO) run ./e2e/bench affinity -duration 15s
 
 # Every parser of untrusted input, FUZZTIME each.
 FUZZTIME ?= 30s

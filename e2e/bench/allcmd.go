@@ -43,7 +43,7 @@ var (
 	}
 	quickSticky = func() stickyFlags {
 		s := stickyDefaults
-		s.replicas, s.backends = "3", "4"
+		s.replicas, s.backends, s.cacheSweep = "3", "4", "1024"
 		s.work.Conversations, s.work.Ramp, s.work.TurnsMax, s.work.ThinkMean, s.work.ThinkMax = 40, 2*time.Second, 6, 500*time.Millisecond, 2*time.Second
 		return s
 	}()
@@ -89,7 +89,7 @@ func allMain(ctx context.Context, args []string) error {
 
 	bar := progress.New()
 	planHop(bar, ho)
-	bar.Plan(len(so.Replicas)*len(so.Backends), so.Workload.Ramp+30*time.Second)
+	bar.Plan(len(so.Replicas)*len(so.Backends)+len(so.CacheSweep), so.Workload.Ramp+30*time.Second)
 	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*10+2*time.Second)
 	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*40+3*time.Second)
 	bar.Plan(len(sco.Rings), 6*time.Second)
@@ -112,7 +112,7 @@ func allMain(ctx context.Context, args []string) error {
 	bar.Start()
 	if in.Hop, err = hop.Run(ctx, ho); err == nil {
 		in.StickyOpts = so
-		if in.Sticky, err = sticky.Run(ctx, so); err == nil {
+		if in.Sticky, in.Sweep, err = sticky.Run(ctx, so); err == nil {
 			in.Scale, err = scale.Run(ctx, sco)
 		}
 	}
@@ -164,7 +164,7 @@ func sanity(in *report.Input) error {
 			errs = append(errs, fmt.Errorf("hop %s %s at %.0f/s: %d of %d requests failed (first: %v)", p.Proxy, p.Mode, p.Rate, p.Res.Errors, p.Res.Sent, p.Res.FirstErr))
 		}
 	}
-	for _, r := range in.Sticky {
+	for _, r := range append(slices.Clone(in.Sticky), in.Sweep...) {
 		if r.Errors > r.Requests/10 || r.Requests == r.Errors {
 			errs = append(errs, fmt.Errorf("sticky %s R=%d B=%d: %d of %d requests failed (first: %v)", r.Policy, r.R, r.B, r.Errors, r.Requests, r.FirstErr))
 		}

@@ -18,6 +18,7 @@ type stickyFlags struct {
 	replicas, backends, policies string
 	prefill, decode              time.Duration
 	cacheBlocks                  int
+	cacheSweep, sweepPolicies    string
 	work                         workload.Params
 }
 
@@ -26,6 +27,7 @@ type stickyFlags struct {
 var stickyDefaults = stickyFlags{
 	replicas: "1,3,6", backends: "4,8", policies: strings.Join(sticky.AllPolicies, ","),
 	prefill: 50 * time.Microsecond, decode: 6 * time.Millisecond, cacheBlocks: 4096,
+	cacheSweep: "1024,16384", sweepPolicies: "round-robin,tether-memory,tether-gossip,oracle",
 	work: workload.Defaults,
 }
 
@@ -36,6 +38,8 @@ func (s *stickyFlags) register(fs *flag.FlagSet, d stickyFlags) {
 	fs.DurationVar(&s.prefill, "prefill", d.prefill, "modelsim time per uncached prompt token (one prefill at a time per backend)")
 	fs.DurationVar(&s.decode, "decode", d.decode, "modelsim time per output token")
 	fs.IntVar(&s.cacheBlocks, "cache-blocks", d.cacheBlocks, "modelsim prefix-cache capacity per backend, in blocks of 16 tokens")
+	fs.StringVar(&s.cacheSweep, "cache-sweep", d.cacheSweep, "also run -sweep-policies at the largest R and smallest B with these cache sizes (blocks); empty: none")
+	fs.StringVar(&s.sweepPolicies, "sweep-policies", d.sweepPolicies, "policies of the cache sweep")
 	s.work.Register(fs, d.work)
 }
 
@@ -50,20 +54,36 @@ func (s *stickyFlags) options(bin string) (sticky.Options, error) {
 	if o.Backends, err = parseInts("-backends", s.backends); err != nil {
 		return o, err
 	}
-	for p := range strings.SplitSeq(s.policies, ",") {
-		p = strings.TrimSpace(p)
-		if _, ok := sticky.Labels[p]; !ok {
-			return o, fmt.Errorf("-policies: unknown policy %q (want %s)", p, strings.Join(sticky.AllPolicies, ","))
+	if o.Policies, err = parsePolicies("-policies", s.policies); err != nil {
+		return o, err
+	}
+	if s.cacheSweep != "" {
+		if o.CacheSweep, err = parseInts("-cache-sweep", s.cacheSweep); err != nil {
+			return o, err
 		}
-		o.Policies = append(o.Policies, p)
+		if o.SweepPolicies, err = parsePolicies("-sweep-policies", s.sweepPolicies); err != nil {
+			return o, err
+		}
 	}
 	return o, nil
 }
 
+func parsePolicies(flag, list string) ([]string, error) {
+	var out []string
+	for p := range strings.SplitSeq(list, ",") {
+		p = strings.TrimSpace(p)
+		if _, ok := sticky.Labels[p]; !ok {
+			return nil, fmt.Errorf("%s: unknown policy %q (want %s)", flag, p, strings.Join(sticky.AllPolicies, ","))
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 // flagsString is the command line that reproduces these parameters.
 func (s *stickyFlags) String() string {
-	return fmt.Sprintf("-replicas %s -backends %s -prefill %v -decode %v -cache-blocks %d %s",
-		s.replicas, s.backends, s.prefill, s.decode, s.cacheBlocks, s.work)
+	return fmt.Sprintf("-replicas %s -backends %s -prefill %v -decode %v -cache-blocks %d -cache-sweep %q -sweep-policies %s %s",
+		s.replicas, s.backends, s.prefill, s.decode, s.cacheBlocks, s.cacheSweep, s.sweepPolicies, s.work)
 }
 
 func parseInts(flag, list string) ([]int, error) {
@@ -90,10 +110,13 @@ func stickyMain(ctx context.Context, args []string) error {
 	}
 	o.Step = func(st string) { fmt.Fprintln(os.Stderr, "…", st) }
 	fmt.Println("workload:", workload.Summary(workload.Generate(o.Workload), o.Workload))
-	res, err := sticky.Run(ctx, o)
+	res, sweep, err := sticky.Run(ctx, o)
 	if err != nil {
 		return err
 	}
 	sticky.Print(os.Stdout, o, res)
+	if t := sticky.SweepTable(o, res, sweep); t != nil {
+		t.Text(os.Stdout)
+	}
 	return nil
 }

@@ -30,6 +30,7 @@ type Input struct {
 	Hop        *hop.Results
 	StickyOpts sticky.Options
 	Sticky     []*sticky.Result
+	Sweep      []*sticky.Result
 	Scale      *scale.Results
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetherproxy/tether/e2e/bench/hop"
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
+	"github.com/tetherproxy/tether/e2e/bench/table"
 )
 
 func hopSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
@@ -59,7 +60,33 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	fmt.Fprintf(b, "%s\n\n", stickySetup(in))
 	writeTables(b, sticky.Tables(o, in.Sticky))
 	writeTables(b, targetTables(in))
+	if t := sticky.SweepTable(o, in.Sticky, in.Sweep); t != nil {
+		b.WriteString("How much the prefix cache holds relative to the workload decides how far apart the policies land: with room for every conversation on every backend, even round robin finds most prefixes wherever it goes; the smaller the cache, the more a policy that spreads a conversation over several backends evicts it. The same workload with other cache sizes:\n\n")
+		writeTables(b, []*table.Table{t})
+	}
 	var figs []figure
+	if len(in.Sweep) > 0 {
+		r, bk := in.Sweep[0].R, in.Sweep[0].B
+		var series []Series
+		for c, p := range o.SweepPolicies {
+			s := Series{Name: sticky.Labels[p], Color: c}
+			for _, x := range append(slices.Clone(in.Sweep), in.Sticky...) {
+				if x.Policy == p && x.R == r && x.B == bk {
+					s.X, s.Y = append(s.X, float64(x.CacheBlocks*16)), append(s.Y, 100*x.HitRate())
+				}
+			}
+			sortXY(&s)
+			series = append(series, s)
+		}
+		f := figure{File: "sticky-cache-sweep.png",
+			Caption: fmt.Sprintf("Hit rate vs prefix-cache size per backend, R = %d, B = %d. `%s`", r, bk, in.StickyCmd)}
+		if err := LineChart(filepath.Join(dir, f.File), fmt.Sprintf("Hit rate vs prefix-cache size, R = %d, B = %d", r, bk),
+			shortCmd(in.StickyCmd), "prefix-cache capacity per backend, tokens", "hit rate, %", series, true); err != nil {
+			return nil, err
+		}
+		figs = append(figs, f)
+		b.WriteString(f.markdown() + "\n")
+	}
 	policies := slices.DeleteFunc(slices.Clone(o.Policies), func(p string) bool { return p == sticky.Oracle })
 	var labels []string
 	for _, p := range policies {
@@ -149,4 +176,26 @@ func shortCmd(c string) string {
 		return c[:107] + "..."
 	}
 	return c
+}
+
+// sortXY orders a series by x.
+func sortXY(s *Series) {
+	idx := make([]int, len(s.X))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		switch {
+		case s.X[a] < s.X[b]:
+			return -1
+		case s.X[a] > s.X[b]:
+			return 1
+		}
+		return 0
+	})
+	x, y := make([]float64, len(idx)), make([]float64, len(idx))
+	for i, j := range idx {
+		x[i], y[i] = s.X[j], s.Y[j]
+	}
+	s.X, s.Y = x, y
 }

@@ -38,6 +38,7 @@ type Group struct {
 	ring     []ringPoint // consistent hashing
 	servers  []*http.Server
 	urls     []string
+	tr       *http.Transport
 
 	mu       sync.Mutex
 	bindings map[string]int // oracle: session → backend
@@ -63,7 +64,7 @@ func Start(policy string, backends []string, replicas int) (*Group, error) {
 	default:
 		return nil, fmt.Errorf("unknown policy %q", policy)
 	}
-	transport := &http.Transport{
+	g.tr = &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 256,
@@ -81,7 +82,7 @@ func Start(policy string, backends []string, replicas int) (*Group, error) {
 				pr.SetURL(g.backends[pr.In.Context().Value(backendKey{}).(int)])
 				pr.Out.Host = pr.In.Host
 			},
-			Transport:     transport,
+			Transport:     g.tr,
 			FlushInterval: -1, // SSE: every event at once
 		}
 		srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
@@ -100,6 +101,7 @@ func (g *Group) Close() {
 	for _, s := range g.servers {
 		_ = s.Close()
 	}
+	g.tr.CloseIdleConnections()
 }
 
 // ring places 160 points per backend on a crc32 circle, as nginx's

@@ -23,25 +23,31 @@ type Options struct {
 	Policies []string
 	Workload workload.Params
 	Model    Model
-	// Step is called before each (R, B) configuration (progress).
+	// CacheSweep repeats SweepPolicies at the largest R and smallest B
+	// with each of these prefix-cache sizes (blocks per backend), to show
+	// how the cache's size relative to the workload decides the gaps.
+	CacheSweep    []int
+	SweepPolicies []string
+	// Step is called before each configuration (progress).
 	Step func(what string)
 }
 
 // Result is one policy at one (R, B).
 type Result struct {
-	Policy     string
-	R, B       int
-	Requests   int
-	Errors     int
-	FirstErr   error
-	Prompt     int64 // prompt tokens, from the responses' usage
-	Cached     int64 // cached prompt tokens, from the responses' usage
-	SessionP50 float64
-	SessionP10 float64 // per-session hit rates over conversations of 2+ turns
-	TTFT       *loadgen.Histogram
-	Throughput float64 // completed requests per second, first send to last answer
-	Imbalance  float64 // max/mean requests per backend
-	Wall       time.Duration
+	Policy      string
+	R, B        int
+	CacheBlocks int
+	Requests    int
+	Errors      int
+	FirstErr    error
+	Prompt      int64 // prompt tokens, from the responses' usage
+	Cached      int64 // cached prompt tokens, from the responses' usage
+	SessionP50  float64
+	SessionP10  float64 // per-session hit rates over conversations of 2+ turns
+	TTFT        *loadgen.Histogram
+	Throughput  float64 // completed requests per second, first send to last answer
+	Imbalance   float64 // max/mean requests per backend
+	Wall        time.Duration
 }
 
 // PrefillBusy is the share of the run the backends' prefill lanes were
@@ -60,23 +66,37 @@ func (r *Result) HitRate() float64 { return float64(r.Cached) / float64(max(r.Pr
 
 // Run measures every (R, B): all policies' stacks are started, then the
 // same workload is played against each of them at once, so that all
-// policies share the machine's noise of the same seconds.
-func Run(ctx context.Context, o Options) ([]*Result, error) {
+// policies share the machine's noise of the same seconds. Then the cache
+// sweep, whose results come second.
+func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 	convs := workload.Generate(o.Workload)
-	var out []*Result
-	for _, b := range o.Backends {
-		for _, r := range o.Replicas {
-			if o.Step != nil {
-				o.Step(fmt.Sprintf("sticky R=%d B=%d: %d policies at once", r, b, len(o.Policies)))
-			}
-			res, err := runConfig(ctx, o, convs, r, b)
-			if err != nil {
-				return nil, fmt.Errorf("R=%d B=%d: %w", r, b, err)
-			}
-			out = append(out, res...)
+	step := func(s string) {
+		if o.Step != nil {
+			o.Step(s)
 		}
 	}
-	return out, nil
+	for _, b := range o.Backends {
+		for _, r := range o.Replicas {
+			step(fmt.Sprintf("sticky R=%d B=%d: %d policies at once", r, b, len(o.Policies)))
+			res, err := runConfig(ctx, o, convs, r, b)
+			if err != nil {
+				return nil, nil, fmt.Errorf("R=%d B=%d: %w", r, b, err)
+			}
+			main = append(main, res...)
+		}
+	}
+	r, b := slices.Max(o.Replicas), slices.Min(o.Backends)
+	for _, c := range o.CacheSweep {
+		step(fmt.Sprintf("sticky cache sweep: %d blocks per backend, R=%d B=%d", c, r, b))
+		so := o
+		so.Model.CacheBlocks, so.Policies = c, o.SweepPolicies
+		res, err := runConfig(ctx, so, convs, r, b)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cache %d blocks: %w", c, err)
+		}
+		sweep = append(sweep, res...)
+	}
+	return main, sweep, nil
 }
 
 func runConfig(ctx context.Context, o Options, convs []workload.Conversation, r, b int) ([]*Result, error) {
@@ -107,6 +127,7 @@ func runConfig(ctx context.Context, o Options, convs []workload.Conversation, r,
 		wg.Go(func() {
 			samples := workload.Drive(ctx, convs, o.Workload, s.urls)
 			results[i] = summarize(s.policy, r, b, samples)
+			results[i].CacheBlocks = o.Model.CacheBlocks
 			results[i].Imbalance, errs[i] = imbalance(s.backends)
 		})
 	}

@@ -3,6 +3,7 @@ package sticky
 import (
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/bench/table"
@@ -50,6 +51,41 @@ func Tables(o Options, res []*Result) []*table.Table {
 		}
 	}
 	return out
+}
+
+// SweepTable shows the hit rate and TTFT p50 of each swept policy per
+// cache size (the main run's results at the same R and B included).
+func SweepTable(o Options, main, sweep []*Result) *table.Table {
+	if len(sweep) == 0 {
+		return nil
+	}
+	r, b := sweep[0].R, sweep[0].B
+	all := append(slices.Clone(sweep), main...)
+	sizes := []int{}
+	for _, x := range all {
+		if x.R == r && x.B == b && !slices.Contains(sizes, x.CacheBlocks) {
+			sizes = append(sizes, x.CacheBlocks)
+		}
+	}
+	slices.Sort(sizes)
+	t := &table.Table{Title: fmt.Sprintf("prefix-cache size, R = %d, B = %d: hit rate / TTFT p50 ms", r, b), Head: []string{"policy"}}
+	for _, c := range sizes {
+		t.Head = append(t.Head, fmt.Sprintf("%d blocks (%dk tokens)", c, c*16/1000))
+	}
+	for _, p := range o.SweepPolicies {
+		row := []string{Labels[p]}
+		for _, c := range sizes {
+			cell := "—"
+			for _, x := range all {
+				if x.Policy == p && x.R == r && x.B == b && x.CacheBlocks == c {
+					cell = fmt.Sprintf("%s / %s", pct(x.HitRate()), ms(x.TTFT.Quantile(0.5)))
+				}
+			}
+			row = append(row, cell)
+		}
+		t.Add(row...)
+	}
+	return t
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
