@@ -121,15 +121,17 @@ func allMain(ctx context.Context, args []string) error {
 		return err
 	}
 	in.Took = time.Since(in.Started)
-	if err := sanity(in); err != nil {
-		return err
-	}
 	headline, err := report.Write(*outDir, in)
 	if err != nil {
 		return err
 	}
 	fmt.Println(headline)
 	fmt.Printf("\nreport: %s/REPORT.md\n", *outDir)
+	// A broken part fails the run (after the report, which shows it);
+	// the README keeps its previous headline then.
+	if err := sanity(in); err != nil {
+		return err
+	}
 	if *readmePath != "" {
 		return report.UpdateReadme(*readmePath, headline, in.Command)
 	}

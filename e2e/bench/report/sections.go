@@ -9,6 +9,7 @@ import (
 	"github.com/tetherproxy/tether/e2e/bench/hop"
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
 	"github.com/tetherproxy/tether/e2e/bench/table"
+	"github.com/tetherproxy/tether/e2e/bench/workload"
 )
 
 func hopSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
@@ -61,7 +62,9 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	writeTables(b, sticky.Tables(o, in.Sticky))
 	writeTables(b, targetTables(in))
 	if t := sticky.SweepTable(o, in.Sticky, in.Sweep); t != nil {
-		b.WriteString("How much the prefix cache holds relative to the workload decides how far apart the policies land: with room for every conversation on every backend, even round robin finds most prefixes wherever it goes; the smaller the cache, the more a policy that spreads a conversation over several backends evicts it. The same workload with other cache sizes:\n\n")
+		share, distinct := workload.Footprint(workload.Generate(o.Workload), o.Workload)
+		fmt.Fprintf(b, "**Why the gaps are this size.** Two things give every policy hits, sticky or not: the shared system prompt is %.0f%% of all prompt tokens (each backend caches it at its first use), and a conversation's earlier turns stay cached on every backend it visited while the cache has room, so a policy that moves a conversation still finds its prefix as of its last visit there. A per-replica store at R replicas is little better than that: a turn reaches the replica that bound it last time with probability 1/R, otherwise another replica's own (independent) choice. What makes moving expensive is eviction: the workload's conversations hold %d distinct tokens, the B = %d backends' caches %d tokens together; a policy that spreads each conversation over several backends keeps several copies, and the smaller the cache, the more those copies evict each other. The same workload with other cache sizes:\n\n",
+			100*share, distinct, in.Sweep[0].B, in.Sweep[0].B*o.Model.CacheBlocks*16)
 		writeTables(b, []*table.Table{t})
 	}
 	var figs []figure

@@ -135,3 +135,23 @@ func words(tag string, n int) string {
 	}
 	return b.String()
 }
+
+// Footprint is what the conversations put in front of a cache: the
+// share of all prompt tokens that is the shared system prompt, and the
+// distinct tokens of all conversations (each one's longest history, the
+// system prompt once).
+func Footprint(convs []Conversation, p Params) (systemShare float64, distinct int) {
+	var prompt, system int
+	distinct = p.SystemTokens
+	for _, c := range convs {
+		hist := 0
+		for _, t := range c.Turns {
+			hist += t.UserTokens
+			prompt += p.SystemTokens + hist
+			system += p.SystemTokens
+			hist += t.AnswerTokens
+		}
+		distinct += hist
+	}
+	return float64(system) / float64(max(prompt, 1)), distinct
+}
