@@ -11,12 +11,12 @@ import (
 // Ms formats a duration in milliseconds with three significant digits.
 func Ms(d time.Duration) string {
 	ms := float64(d) / 1e6
-	switch {
-	case ms < 1:
+	switch a := max(ms, -ms); {
+	case a < 1:
 		return fmt.Sprintf("%.3f", ms)
-	case ms < 10:
+	case a < 10:
 		return fmt.Sprintf("%.2f", ms)
-	case ms < 100:
+	case a < 100:
 		return fmt.Sprintf("%.1f", ms)
 	}
 	return fmt.Sprintf("%.0f", ms)

@@ -76,7 +76,9 @@ func LineChart(path, title, command, xLabel, yLabel string, series []Series, log
 			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 		}
 		p.Add(l, pts)
-		p.Legend.Add(s.Name, l, pts)
+		if s.Name != "" { // unnamed series (a dashed companion) stay out of the legend
+			p.Legend.Add(s.Name, l, pts)
+		}
 	}
 	return p.Save(chartW, chartH, path)
 }
@@ -114,7 +116,7 @@ func BarChart(path, title, command, yLabel string, categories []string, groups [
 		p.Legend.Add(r.Name, f)
 		top = math.Max(top, r.Y)
 	}
-	p.Y.Min, p.Y.Max = 0, top*1.25 // room for the legend
+	p.Y.Min, p.Y.Max = 0, top*1.7 // room for the legend above bars and lines
 	return p.Save(chartW, chartH, path)
 }
 

@@ -36,12 +36,12 @@ func hopSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 				a50, _ := r.Added(&p, 0.5)
 				xs, p99, p50 = append(xs, p.Rate), append(p99, float64(a99)/1e6), append(p50, float64(a50)/1e6)
 			}
-			series = append(series, Series{Name: hop.Labels[name] + " p99", X: xs, Y: p99, Color: c},
-				Series{Name: "p50", X: xs, Y: p50, Dashed: true, Color: c})
+			series = append(series, Series{Name: hop.Labels[name], X: xs, Y: p99, Color: c},
+				Series{X: xs, Y: p50, Dashed: true, Color: c})
 		}
 		f := figure{File: fmt.Sprintf("hop-%s.png", mode),
 			Caption: fmt.Sprintf("Added latency over direct vs offered rate, %s (solid p99, dashed p50). `%s`", mode, in.HopCmd)}
-		if err := LineChart(filepath.Join(dir, f.File), fmt.Sprintf("Added latency over direct, %s", mode), in.HopCmd,
+		if err := LineChart(filepath.Join(dir, f.File), fmt.Sprintf("Added latency over direct, %s (solid p99, dashed p50)", mode), shortCmd(in.HopCmd),
 			"offered requests/s", "added latency, ms", series, false); err != nil {
 			return nil, err
 		}

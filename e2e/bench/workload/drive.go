@@ -39,7 +39,7 @@ type message struct {
 func Drive(ctx context.Context, convs []Conversation, p Params, urls []string) []Sample {
 	client := &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 512,
 		DisableCompression:  true,
 	}}
