@@ -109,14 +109,7 @@ func handOver(t *testing.T, a, b *router, sessions int, within time.Duration) {
 // served by the same backend there.
 func TestBlackboxGossip(t *testing.T) {
 	backends, _ := staticSims(t, 3)
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(t.TempDir(), "gossip.key")
-	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := gossipKeyFile(t)
 	ga, gb := cluster.FreeAddr(t, "127.0.0.1"), cluster.FreeAddr(t, "127.0.0.1")
 	store := func(bind, join string) string {
 		return fmt.Sprintf("store:\n  backend: gossip\n  gossip: {bind: %q, join: [%q], secretKeyFile: %q}", bind, join, keyFile)
@@ -131,9 +124,27 @@ func TestBlackboxGossip(t *testing.T) {
 			}
 			return nil
 		})
+		if v := r.metric("tether_gossip_insecure"); v != 0 {
+			t.Errorf("%s: tether_gossip_insecure = %v with a key", r.Spec.Name, v)
+		}
 	}
 	handOver(t, a, b, 6, time.Second)
 	handOver(t, b, a, 6, time.Second)
+}
+
+// gossipKeyFile writes a random 32-byte gossip key, base64, as
+// `openssl rand -base64 32` does, and returns its path.
+func gossipKeyFile(t *testing.T) string {
+	t.Helper()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestBlackboxRedis: two sidecar processes sharing a real redis-server. A
@@ -179,6 +190,19 @@ pools:
   backends: {static: ["127.0.0.1:1"]}
 `,
 		want: "store.redis: cannot reach " + closed + ":",
+	}, {
+		name: "gossip without a key",
+		config: `listen: LISTEN
+admin: ADMIN
+store:
+  backend: gossip
+  gossip: {bind: "127.0.0.1:0"}
+pools:
+- name: chat
+  sessionSticky: {sources: [{type: Header, name: X-Session-ID}]}
+  backends: {static: ["127.0.0.1:1"]}
+`,
+		want: "store.gossip.secretKeyFile: required: gossip is encrypted and authenticated with a shared key",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			listen, admin := cluster.FreeAddr(t, "127.0.0.1"), cluster.FreeAddr(t, "127.0.0.1")
