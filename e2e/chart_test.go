@@ -299,15 +299,16 @@ func TestScenario10Chart(t *testing.T) {
 	if _, err := c.CreatePod(ctx, cluster.PodSpec{Namespace: "s10-app", Name: "model-0", Labels: map[string]string{"app": "ds"}, Port: 8000}); err != nil {
 		t.Fatal(err)
 	}
-	router := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "router-0", Labels: map[string]string{"app": "router", rbac.InjectedLabel: rbac.InjectedLabelValue}},
-		Spec:       corev1.PodSpec{ServiceAccountName: "router", Containers: []corev1.Container{{Name: "router", Image: "example.com/router:1.0"}}},
-	}
-	if _, err := c.Client().CoreV1().Pods("s10-app").Create(ctx, router, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, r := range []struct{ name, sa string }{{"router-0", "router"}, {"canary-0", "router-canary"}} {
+		if _, err := c.Client().CoreV1().Pods("s10-app").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: r.name, Labels: map[string]string{"app": "router", rbac.InjectedLabel: rbac.InjectedLabelValue}},
+			Spec:       corev1.PodSpec{ServiceAccountName: r.sa, Containers: []corev1.Container{{Name: "router", Image: "example.com/router:1.0"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	setNamespaceLabel(t, c, "s10-app", rbac.NamespaceLabelValue)
-	waitRoleBinding(t, c, "s10-app", true, "router")
+	waitRoleBinding(t, c, "s10-app", true, "router", "router-canary")
 	if _, err := c.Client().RbacV1().RoleBindings("s10-other").Get(ctx, rbac.DefaultBindingName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("unlabelled namespace got a sidecar RoleBinding (err %v)", err)
 	}
@@ -330,8 +331,8 @@ func TestScenario10Chart(t *testing.T) {
 	}
 	pods, err := sa.CoreV1().Pods("s10-app").List(ctx, metav1.ListOptions{})
 	allowed("list pods", err)
-	if len(pods.Items) != 2 {
-		t.Fatalf("listed %d pods, want 2", len(pods.Items))
+	if len(pods.Items) != 3 {
+		t.Fatalf("listed %d pods, want 3", len(pods.Items))
 	}
 	_, err = sa.CoreV1().Pods("s10-app").Get(ctx, "model-0", metav1.GetOptions{})
 	allowed("get pod", err)
@@ -364,17 +365,13 @@ func TestScenario10Chart(t *testing.T) {
 		checkInjectorRoleBindingRights(t, c)
 	})
 
-	// The router pod goes: so does the binding. Back, and unlabelling the
-	// namespace takes the rights away again.
-	if err := c.Client().CoreV1().Pods("s10-app").Delete(ctx, "router-0", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitRoleBinding(t, c, "s10-app", false)
-	router.ResourceVersion = ""
-	if _, err := c.Client().CoreV1().Pods("s10-app").Create(ctx, router, metav1.CreateOptions{}); err != nil {
+	// The canary's pod goes: so does its account. Unlabelling the
+	// namespace takes the rights away from the rest.
+	if err := c.Client().CoreV1().Pods("s10-app").Delete(ctx, "canary-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitRoleBinding(t, c, "s10-app", true, "router")
+	checkPodReaders(t, c, "s10-app", "router", "router-canary")
 	setNamespaceLabel(t, c, "s10-app", "")
 	waitRoleBinding(t, c, "s10-app", false)
 	cluster.Eventually(t, 10*time.Second, "list pods to be forbidden after unlabelling", func() error {
