@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -239,5 +240,22 @@ pools:
 			}
 			t.Logf("%s: %v: %s", tc.name, sc.Err(), strings.TrimSpace(out))
 		})
+	}
+}
+
+// TestBlackboxPreStopSleep: the preStop hook the injector gives a
+// plain-container sidecar (the image has no shell) sleeps and exits 0,
+// reading no config and binding nothing.
+func TestBlackboxPreStopSleep(t *testing.T) {
+	start := time.Now()
+	out, err := exec.Command(cluster.Binary(t, "tether-sidecar"), "--sleep", "1s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tether-sidecar --sleep 1s: %v\n%s", err, out)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Fatalf("returned after %v, before its sleep was over", d)
+	}
+	if len(out) != 0 {
+		t.Fatalf("printed %q", out)
 	}
 }
