@@ -204,40 +204,6 @@ func (inj *Injector) mutate(pod *corev1.Pod, pl *plan) (Result, error) {
 	return res, nil
 }
 
-// graceMargin is added to the sidecar's own needs in the pod's
-// terminationGracePeriodSeconds: the kubelet's SIGKILL must not race the
-// last stream's final bytes.
-const graceMargin = 5 * time.Second
-
-// ensureGracePeriod (plain containers) raises the pod's
-// terminationGracePeriodSeconds to the preStop sleep + the sidecar's
-// shutdownTimeout + graceMargin, which the sidecar needs to outlive the
-// router's drain. It never lowers it. The API server defaults an unset
-// value to 30 before webhooks run, so a pod that set a smaller value
-// cannot be told from one that set nothing: the value is raised, with a
-// warning, rather than the pod denied.
-func (inj *Injector) ensureGracePeriod(pod *corev1.Pod, pl *plan) string {
-	shutdown := config.DefaultShutdownTimeout
-	if pl.cfg != nil {
-		shutdown = pl.cfg.Proxy.ShutdownTimeout.Duration
-	}
-	need := int64((inj.opts.PreStopSleep + shutdown + graceMargin + time.Second - 1) / time.Second)
-	have := int64(corev1.DefaultTerminationGracePeriodSeconds)
-	if pod.Spec.TerminationGracePeriodSeconds != nil {
-		have = *pod.Spec.TerminationGracePeriodSeconds
-	}
-	if have >= need {
-		return ""
-	}
-	pod.Spec.TerminationGracePeriodSeconds = &need
-	why := ""
-	if inj.opts.PreStopSleep > 0 {
-		why = fmt.Sprintf("the sidecar keeps serving %s after the pod is asked to stop (its preStop hook), then ", inj.opts.PreStopSleep)
-	}
-	return fmt.Sprintf("tether: terminationGracePeriodSeconds raised from %d to %d: %sin-flight requests get %s to finish (proxy.shutdownTimeout), plus a %s margin",
-		have, need, why, shutdown, graceMargin)
-}
-
 // defaultContainerAnnotation keeps kubectl logs/exec on the app container
 // when the sidecar is the first plain container.
 const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
@@ -254,70 +220,6 @@ func setLabel(pod *corev1.Pod, k, v string) {
 		pod.Labels = map[string]string{}
 	}
 	pod.Labels[k] = v
-}
-
-// sidecarPort is one port the sidecar binds and the annotation that moves it.
-type sidecarPort struct {
-	port int
-	key  string
-	what string
-}
-
-// sidecarPorts are the ports the plan binds: the listen port only when
-// the injector renders the config (a ConfigMap config names its own), the
-// gossip port only with the gossip store.
-func sidecarPorts(pl *plan) []sidecarPort {
-	var ps []sidecarPort
-	if pl.cfg != nil {
-		ps = append(ps, sidecarPort{pl.listenPort, AnnotationListenPort, "listen"})
-	}
-	ps = append(ps, sidecarPort{pl.adminPort, AnnotationAdminPort, "admin"})
-	if pl.store == config.StoreGossip {
-		ps = append(ps, sidecarPort{pl.gossipPort, AnnotationGossipPort, "gossip"})
-	}
-	return ps
-}
-
-// conflicts finds names and ports the pod already uses: the sidecar's
-// ports must differ from each other, from every port a container of the
-// pod declares, and from the ports of a mesh proxy in the pod. Each
-// problem names the annotation that moves the port.
-func conflicts(pod *corev1.Pod, pl *plan, a *Annotations) problems {
-	var p problems
-	for _, v := range pod.Spec.Volumes {
-		for _, ours := range sidecarVolumes(pl) {
-			if v.Name == ours.Name {
-				p.add(AnnotationInject, "the pod already has a volume named %q, which the sidecar needs", v.Name)
-			}
-		}
-	}
-	ports := sidecarPorts(pl)
-	for i, sp := range ports {
-		for _, other := range ports[:i] {
-			if sp.port != other.port {
-				continue
-			}
-			// Blame the port that was moved onto the other.
-			key, with := sp.key, other
-			if !a.Has(sp.key) {
-				key, with = other.key, sp
-			}
-			p.add(key, "port %d is also the sidecar's %s port (%s)", sp.port, with.what, with.key)
-		}
-		if what, proxy := meshPortOwner(pod, int32(sp.port)); what != "" {
-			p.add(sp.key, "port %d (the sidecar's %s port) is %s, and the pod has %s; set %s to another port", sp.port, sp.what, what, proxy, sp.key)
-		}
-		for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-			for _, c := range list {
-				for _, cp := range c.Ports {
-					if int(cp.ContainerPort) == sp.port {
-						p.add(sp.key, "container %q already uses port %d, the sidecar's %s port; set %s to another port", c.Name, sp.port, sp.what, sp.key)
-					}
-				}
-			}
-		}
-	}
-	return p
 }
 
 // serviceAccountTokenMount finds the token mount the API server gave the
