@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,14 +110,7 @@ func handOver(t *testing.T, a, b *router, sessions int, within time.Duration) {
 // served by the same backend there.
 func TestBlackboxGossip(t *testing.T) {
 	backends, _ := staticSims(t, 3)
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(t.TempDir(), "gossip.key")
-	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := gossipKeyFile(t)
 	ga, gb := cluster.FreeAddr(t, "127.0.0.1"), cluster.FreeAddr(t, "127.0.0.1")
 	store := func(bind, join string) string {
 		return fmt.Sprintf("store:\n  backend: gossip\n  gossip: {bind: %q, join: [%q], secretKeyFile: %q}", bind, join, keyFile)
@@ -131,9 +125,27 @@ func TestBlackboxGossip(t *testing.T) {
 			}
 			return nil
 		})
+		if v := r.metric("tether_gossip_insecure"); v != 0 {
+			t.Errorf("%s: tether_gossip_insecure = %v with a key", r.Spec.Name, v)
+		}
 	}
 	handOver(t, a, b, 6, time.Second)
 	handOver(t, b, a, 6, time.Second)
+}
+
+// gossipKeyFile writes a random 32-byte gossip key, base64, as
+// `openssl rand -base64 32` does, and returns its path.
+func gossipKeyFile(t *testing.T) string {
+	t.Helper()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestBlackboxRedis: two sidecar processes sharing a real redis-server. A
@@ -179,6 +191,19 @@ pools:
   backends: {static: ["127.0.0.1:1"]}
 `,
 		want: "store.redis: cannot reach " + closed + ":",
+	}, {
+		name: "gossip without a key",
+		config: `listen: LISTEN
+admin: ADMIN
+store:
+  backend: gossip
+  gossip: {bind: "127.0.0.1:0"}
+pools:
+- name: chat
+  sessionSticky: {sources: [{type: Header, name: X-Session-ID}]}
+  backends: {static: ["127.0.0.1:1"]}
+`,
+		want: "store.gossip.secretKeyFile: required: gossip is encrypted and authenticated with a shared key",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			listen, admin := cluster.FreeAddr(t, "127.0.0.1"), cluster.FreeAddr(t, "127.0.0.1")
@@ -215,5 +240,22 @@ pools:
 			}
 			t.Logf("%s: %v: %s", tc.name, sc.Err(), strings.TrimSpace(out))
 		})
+	}
+}
+
+// TestBlackboxPreStopSleep: the preStop hook the injector gives a
+// plain-container sidecar (the image has no shell) sleeps and exits 0,
+// reading no config and binding nothing.
+func TestBlackboxPreStopSleep(t *testing.T) {
+	start := time.Now()
+	out, err := exec.Command(cluster.Binary(t, "tether-sidecar"), "--sleep", "1s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tether-sidecar --sleep 1s: %v\n%s", err, out)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Fatalf("returned after %v, before its sleep was over", d)
+	}
+	if len(out) != 0 {
+		t.Fatalf("printed %q", out)
 	}
 }

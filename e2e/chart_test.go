@@ -11,13 +11,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -196,16 +199,23 @@ func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstru
 }
 
 // waitRoleBinding waits until the injector's sidecar RoleBinding exists in
-// ns (present) or is gone (!present).
-func waitRoleBinding(t *testing.T, c *cluster.Cluster, ns string, present bool) {
+// ns (present), binding the sidecar ClusterRole to exactly the service
+// accounts sas of ns, or is gone (!present).
+func waitRoleBinding(t *testing.T, c *cluster.Cluster, ns string, present bool, sas ...string) {
 	t.Helper()
-	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v", rbac.DefaultBindingName, ns, present), func() error {
+	var want []rbacv1.Subject
+	for _, sa := range sas {
+		want = append(want, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns})
+	}
+	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v for %v", rbac.DefaultBindingName, ns, present, sas), func() error {
 		rb, err := c.Client().RbacV1().RoleBindings(ns).Get(context.Background(), rbac.DefaultBindingName, metav1.GetOptions{})
 		switch {
 		case present && err != nil:
 			return err
 		case present && (rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != sidecarRole):
 			return fmt.Errorf("roleRef %+v", rb.RoleRef)
+		case present && !reflect.DeepEqual(rb.Subjects, want):
+			return fmt.Errorf("subjects %+v, want %+v", rb.Subjects, want)
 		case !present && err == nil:
 			return errors.New("still there")
 		case !present && !apierrors.IsNotFound(err):
@@ -213,6 +223,46 @@ func waitRoleBinding(t *testing.T, c *cluster.Cluster, ns string, present bool) 
 		}
 		return nil
 	})
+}
+
+// checkPodReaders asserts, against the API server's own authorizer, that
+// the service account reader of ns may get, list and watch pods there and
+// that every account of others may not list them.
+func checkPodReaders(t *testing.T, c *cluster.Cluster, ns, reader string, others ...string) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, ns, reader))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("list pods as %s/%s: %v, want allowed", ns, reader, err)
+	}
+	for _, o := range others {
+		oc, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, ns, o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := oc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Fatalf("list pods as %s/%s (another account of the namespace): %v, want Forbidden", ns, o, err)
+		}
+		// The same question to the authorizer directly, for every verb.
+		for _, verb := range []string{"get", "list", "watch"} {
+			sar, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{
+					User:               "system:serviceaccount:" + ns + ":" + o,
+					Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Resource: "pods"},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed {
+				t.Fatalf("SubjectAccessReview: %s/%s may %s pods (%s)", ns, o, verb, sar.Status.Reason)
+			}
+		}
+	}
 }
 
 // TestScenario10Chart: the chart renders and applies cleanly; the injector
@@ -240,16 +290,25 @@ func TestScenario10Chart(t *testing.T) {
 		t.Fatalf("the injector did not fill its Secret: %v (%d keys)", err, len(sec.Data))
 	}
 
-	// The pod is created before the namespace is labelled: the webhook
+	// The pods are created before the namespace is labelled: the webhook
 	// still has the chart's Service client config, which nothing serves
-	// here (and a Service name must not be resolved off this machine).
+	// here (and a Service name must not be resolved off this machine). The
+	// router pod carries the label the injector gives the pods it injects.
 	c.CreateNamespace(t, "s10-app", nil)
 	c.CreateNamespace(t, "s10-other", nil)
 	if _, err := c.CreatePod(ctx, cluster.PodSpec{Namespace: "s10-app", Name: "model-0", Labels: map[string]string{"app": "ds"}, Port: 8000}); err != nil {
 		t.Fatal(err)
 	}
+	for _, r := range []struct{ name, sa string }{{"router-0", "router"}, {"canary-0", "router-canary"}} {
+		if _, err := c.Client().CoreV1().Pods("s10-app").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: r.name, Labels: map[string]string{"app": "router", rbac.InjectedLabel: rbac.InjectedLabelValue}},
+			Spec:       corev1.PodSpec{ServiceAccountName: r.sa, Containers: []corev1.Container{{Name: "router", Image: "example.com/router:1.0"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	setNamespaceLabel(t, c, "s10-app", rbac.NamespaceLabelValue)
-	waitRoleBinding(t, c, "s10-app", true)
+	waitRoleBinding(t, c, "s10-app", true, "router", "router-canary")
 	if _, err := c.Client().RbacV1().RoleBindings("s10-other").Get(ctx, rbac.DefaultBindingName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("unlabelled namespace got a sidecar RoleBinding (err %v)", err)
 	}
@@ -272,8 +331,8 @@ func TestScenario10Chart(t *testing.T) {
 	}
 	pods, err := sa.CoreV1().Pods("s10-app").List(ctx, metav1.ListOptions{})
 	allowed("list pods", err)
-	if len(pods.Items) != 1 {
-		t.Fatalf("listed %d pods, want 1", len(pods.Items))
+	if len(pods.Items) != 3 {
+		t.Fatalf("listed %d pods, want 3", len(pods.Items))
 	}
 	_, err = sa.CoreV1().Pods("s10-app").Get(ctx, "model-0", metav1.GetOptions{})
 	allowed("get pod", err)
@@ -299,8 +358,20 @@ func TestScenario10Chart(t *testing.T) {
 	forbidden("list pods cluster-wide", err)
 	_, err = sa.CoreV1().Services("s10-app").List(ctx, metav1.ListOptions{})
 	forbidden("list services", err)
+	// Every other service account of the namespace: no pod reads.
+	checkPodReaders(t, c, "s10-app", "router", "default", "model-server")
 
-	// Unlabelling the namespace takes the rights away again.
+	t.Run("injector touches only its own RoleBindings", func(t *testing.T) {
+		checkInjectorRoleBindingRights(t, c)
+	})
+
+	// The canary's pod goes: so does its account. Unlabelling the
+	// namespace takes the rights away from the rest.
+	if err := c.Client().CoreV1().Pods("s10-app").Delete(ctx, "canary-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRoleBinding(t, c, "s10-app", true, "router")
+	checkPodReaders(t, c, "s10-app", "router", "router-canary")
 	setNamespaceLabel(t, c, "s10-app", "")
 	waitRoleBinding(t, c, "s10-app", false)
 	cluster.Eventually(t, 10*time.Second, "list pods to be forbidden after unlabelling", func() error {
@@ -309,6 +380,111 @@ func TestScenario10Chart(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// checkInjectorRoleBindingRights runs as the injector's service account
+// (the chart's RBAC and admission policy): it may read and change the
+// sidecar RoleBinding of a namespace, and no other; it may create no
+// RoleBinding but one shaped like the sidecar binding.
+func checkInjectorRoleBindingRights(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	admin := c.Client().RbacV1().RoleBindings("s10-app")
+	other := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "team-view"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sidecarRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "router", Namespace: "s10-app"}},
+	}
+	if _, err := admin.Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Delete(ctx, other.Name, metav1.DeleteOptions{})
+
+	inj, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, chartNamespace, injectorName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rbs := inj.RbacV1().RoleBindings("s10-app")
+	if _, err := rbs.Get(ctx, rbac.DefaultBindingName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("get its own RoleBinding: %v", err)
+	}
+	if _, err := rbs.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + rbac.DefaultBindingName}); err != nil {
+		t.Fatalf("list its own RoleBinding by name: %v", err)
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+			t.Fatalf("injector %s: %v, want refused", what, err)
+		}
+		t.Logf("injector %s: refused: %v", what, err)
+	}
+	_, err = rbs.Get(ctx, other.Name, metav1.GetOptions{})
+	refused("get another RoleBinding", err)
+	_, err = rbs.List(ctx, metav1.ListOptions{})
+	refused("list every RoleBinding", err)
+	edited := other.DeepCopy()
+	edited.Subjects = append(edited.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: "s10-app"})
+	_, err = rbs.Update(ctx, edited, metav1.UpdateOptions{})
+	refused("update another RoleBinding", err)
+	refused("delete another RoleBinding", rbs.Delete(ctx, other.Name, metav1.DeleteOptions{}))
+
+	// create cannot be limited by name in RBAC; the escalation check and
+	// the chart's ValidatingAdmissionPolicy bound it. The policy reaches
+	// the API server through a watch, so the first attempts may pass: a
+	// passing one is deleted (as admin) and tried again.
+	label := map[string]string{rbac.ManagedByLabel: rbac.ManagedByValue}
+	sidecarSubject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "router", Namespace: "s10-other"}}
+	for _, tc := range []struct {
+		what string
+		rb   *rbacv1.RoleBinding
+		msg  string
+	}{
+		{"create a RoleBinding of another name", &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "not-tether", Labels: label},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sidecarRole},
+			Subjects:   sidecarSubject,
+		}, "only write its own sidecar RoleBinding"},
+		{"bind a namespace's whole group", &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: rbac.DefaultBindingName, Labels: label},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sidecarRole},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:s10-other"}},
+		}, "only bind service accounts of the binding's own namespace"},
+		{"bind another namespace's account", &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: rbac.DefaultBindingName, Labels: label},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sidecarRole},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "router", Namespace: "s10-app"}},
+		}, "only bind service accounts of the binding's own namespace"},
+	} {
+		cluster.Eventually(t, 30*time.Second, "the injector to be refused: "+tc.what, func() error {
+			_, err := inj.RbacV1().RoleBindings("s10-other").Create(ctx, tc.rb, metav1.CreateOptions{})
+			if err == nil {
+				_ = c.Client().RbacV1().RoleBindings("s10-other").Delete(ctx, tc.rb.Name, metav1.DeleteOptions{})
+				return errors.New("admitted (the admission policy is not loaded yet?)")
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("injector %s: %v, want a denial saying %q", tc.what, err, tc.msg)
+			}
+			return nil
+		})
+	}
+	// A role it does not hold and may not bind: the escalation check.
+	_, err = inj.RbacV1().RoleBindings("s10-other").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: rbac.DefaultBindingName, Labels: label},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   sidecarSubject,
+	}, metav1.CreateOptions{})
+	refused("bind cluster-admin", err)
+	// What it does write is admitted.
+	own := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: rbac.DefaultBindingName, Labels: label},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sidecarRole},
+		Subjects:   sidecarSubject,
+	}
+	if _, err := inj.RbacV1().RoleBindings("s10-other").Create(ctx, own, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the injector may not create the sidecar binding itself: %v", err)
+	}
+	// s10-other is not labelled: the injector's controller removes it.
+	waitRoleBinding(t, c, "s10-other", false)
 }
 
 // setNamespaceLabel sets the injection label of namespace ns to value, or

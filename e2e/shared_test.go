@@ -33,8 +33,9 @@ type fleet struct {
 // app=router), each binding its own 127.0.1.x on one shared port.
 func gossipFleet(e *env) *fleet {
 	port := cluster.FreePort(e.t, "127.0.1.1")
+	key := gossipKeyFile(e.t)
 	return &fleet{e: e, replicas: map[string]*router{}, store: func(ip string) string {
-		return fmt.Sprintf("store:\n  backend: gossip\n  gossip: {bind: \"%s:%d\", discovery: kubernetes, peerSelector: \"app=router\"}", ip, port)
+		return fmt.Sprintf("store:\n  backend: gossip\n  gossip: {bind: \"%s:%d\", discovery: kubernetes, peerSelector: \"app=router\", secretKeyFile: %q}", ip, port, key)
 	}}
 }
 

@@ -6,6 +6,7 @@ package manifests_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,7 +24,8 @@ func TestExamples(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}
-	inj, err := inject.New(inject.Options{Image: "ghcr.io/tetherproxy/tether-sidecar:test"})
+	// The chart's defaults that matter here: gossip pods mount tether-gossip-key.
+	inj, err := inject.New(inject.Options{Image: "ghcr.io/tetherproxy/tether-sidecar:test", GossipKeySecret: "tether-gossip-key"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +52,11 @@ func TestExamples(t *testing.T) {
 				obj = &corev1.Service{}
 			case "Deployment":
 				obj = &appsv1.Deployment{}
+			case "PeerAuthentication":
+				if tm.APIVersion != "security.istio.io/v1" {
+					t.Fatalf("%s: PeerAuthentication of %s, want security.istio.io/v1", f, tm.APIVersion)
+				}
+				continue // an Istio resource: no Go type here
 			default:
 				t.Fatalf("%s: unexpected kind %q", f, tm.Kind)
 			}
@@ -71,9 +78,16 @@ func TestExamples(t *testing.T) {
 				pod.Labels = map[string]string{}
 			}
 			pod.Labels["pod-template-hash"] = "5d8f7c9b4"
+			istio := strings.Contains(doc, "traffic.sidecar.istio.io/")
+			if istio {
+				withIstio(pod)
+			}
 			res, err := inj.Inject(pod, inject.Request{Namespace: d.Namespace, NamespaceSelected: true})
 			if err != nil {
 				t.Fatalf("%s: %s is denied: %v", f, d.Name, err)
+			}
+			if res.Pod != nil && len(res.Warnings) > 0 {
+				t.Errorf("%s: %s is injected with warnings (its settings are incomplete): %q", f, d.Name, res.Warnings)
 			}
 			if res.Pod == nil {
 				if res.Skip != inject.SkipOptedOut {
@@ -82,7 +96,14 @@ func TestExamples(t *testing.T) {
 				continue
 			}
 			routers++
-			for _, e := range res.Pod.Spec.InitContainers[0].Env {
+			sc := res.Pod.Spec.InitContainers[0]
+			if istio {
+				if names := containerNames(res.Pod.Spec.InitContainers); !slices.Equal(names, []string{"istio-validation", "istio-proxy", inject.ContainerName}) {
+					t.Errorf("%s: %s: init containers %v, want tether's after istio-proxy", f, d.Name, names)
+				}
+				sc = res.Pod.Spec.InitContainers[2]
+			}
+			for _, e := range sc.Env {
 				if e.Name == inject.EnvConfig {
 					if _, err := config.Parse([]byte(inject.ExpandKubeletEnv(e.Value, map[string]string{"POD_IP": "10.0.0.1"}))); err != nil {
 						t.Errorf("%s: %s: the sidecar rejects the rendered config: %v", f, d.Name, err)
@@ -91,9 +112,28 @@ func TestExamples(t *testing.T) {
 			}
 		}
 	}
-	if routers < 2 {
-		t.Errorf("%d routers injected, want the plain and the PD router", routers)
+	if routers < 3 {
+		t.Errorf("%d routers injected, want the plain, the Istio and the PD router", routers)
 	}
+}
+
+// withIstio adds what Istio's injector (sidecar mode, native sidecars,
+// istio-cni), which runs before tether's, puts in a pod.
+func withIstio(pod *corev1.Pod) {
+	always := corev1.ContainerRestartPolicyAlways
+	pod.Spec.InitContainers = append([]corev1.Container{
+		{Name: "istio-validation", Image: "docker.io/istio/proxyv2:1.28.0"},
+		{Name: "istio-proxy", Image: "docker.io/istio/proxyv2:1.28.0", RestartPolicy: &always,
+			Ports: []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090}}},
+	}, pod.Spec.InitContainers...)
+}
+
+func containerNames(cs []corev1.Container) []string {
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	return names
 }
 
 func subset(sel, labels map[string]string) bool {

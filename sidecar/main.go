@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/kubeclient"
@@ -32,8 +33,13 @@ func run() error {
 		kubeconfig = flag.String("kubeconfig", "", "kubeconfig file; default: in-cluster config (only used by kubernetes discovery)")
 		logLevel   = flag.String("log-level", "info", "debug, info, warn or error")
 		check      = flag.Bool("check", false, "validate the config and exit")
+		sleep      = flag.Duration("sleep", 0, "sleep this long, then exit 0, and do nothing else: the preStop hook of a plain-container sidecar (the image has no shell)")
 	)
 	flag.Parse()
+	if *sleep > 0 {
+		time.Sleep(*sleep)
+		return nil
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)

@@ -7,24 +7,30 @@ package chart_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tetherproxy/tether/injector/app"
+	"github.com/tetherproxy/tether/injector/inject"
 )
 
 var update = flag.Bool("update", false, "rewrite manifests/install.yaml")
@@ -85,7 +91,9 @@ type objects struct {
 	webhooks     map[string]*admissionregv1.MutatingWebhookConfiguration
 	clusterRoles map[string]*rbacv1.ClusterRole
 	roles        map[string]*rbacv1.Role
-	other        map[string]map[string]any // kind/name → object (cert-manager kinds, bindings…)
+	netpols      map[string]*networkingv1.NetworkPolicy               // namespace/name
+	policies     map[string]*admissionregv1.ValidatingAdmissionPolicy // name
+	other        map[string]map[string]any                            // kind/name → object (cert-manager kinds, bindings…)
 }
 
 func decode(t *testing.T, out string) *objects {
@@ -95,6 +103,7 @@ func decode(t *testing.T, out string) *objects {
 		services: map[string]*corev1.Service{}, secrets: map[string]*corev1.Secret{},
 		webhooks:     map[string]*admissionregv1.MutatingWebhookConfiguration{},
 		clusterRoles: map[string]*rbacv1.ClusterRole{}, roles: map[string]*rbacv1.Role{}, other: map[string]map[string]any{},
+		netpols: map[string]*networkingv1.NetworkPolicy{}, policies: map[string]*admissionregv1.ValidatingAdmissionPolicy{},
 	}
 	for _, doc := range strings.Split(out, "\n---\n") {
 		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
@@ -130,7 +139,17 @@ func decode(t *testing.T, out string) *objects {
 		case "Secret":
 			v := &corev1.Secret{}
 			strict(v)
-			o.secrets[name] = v
+			o.secrets[v.Namespace+"/"+name] = v
+		case "NetworkPolicy":
+			v := &networkingv1.NetworkPolicy{}
+			strict(v)
+			o.netpols[v.Namespace+"/"+name] = v
+		case "ValidatingAdmissionPolicy":
+			v := &admissionregv1.ValidatingAdmissionPolicy{}
+			strict(v)
+			o.policies[name] = v
+		case "ValidatingAdmissionPolicyBinding":
+			strict(&admissionregv1.ValidatingAdmissionPolicyBinding{})
 		case "MutatingWebhookConfiguration":
 			v := &admissionregv1.MutatingWebhookConfiguration{}
 			strict(v)
@@ -225,10 +244,15 @@ func TestDefaults(t *testing.T) {
 	}
 	cfg := checkArgs(t, c.Args)
 	if !cfg.SelfManaged || cfg.WebhookConfig != "tether-injector" || cfg.ServiceName != "tether-injector" ||
-		!cfg.NativeSidecar || cfg.SidecarClusterRole != "tether-sidecar" || cfg.SidecarImage != "ghcr.io/tetherproxy/tether-sidecar:0.1.0" {
+		!cfg.NativeSidecar || cfg.SidecarClusterRole != "tether-sidecar" || cfg.SidecarRoleBinding != "tether-sidecar" ||
+		cfg.SidecarImage != "ghcr.io/tetherproxy/tether-sidecar:0.1.0" ||
+		cfg.GossipKeySecret != "tether-gossip-key" || cfg.PreStopSleep != 15*time.Second || cfg.RedisTLS {
 		t.Errorf("injector configuration from the chart: %+v", cfg)
 	}
-	if _, ok := o.secrets["tether-injector-tls"]; !ok {
+	if len(o.netpols) != 0 || len(o.secrets) != 1 {
+		t.Errorf("gossip objects rendered without sidecar.gossip.namespaces: %d NetworkPolicies, %d Secrets", len(o.netpols), len(o.secrets))
+	}
+	if _, ok := o.secrets[namespace+"/tether-injector-tls"]; !ok {
 		t.Error("no Secret for the self-managed certificates")
 	}
 
@@ -283,8 +307,34 @@ func TestDefaults(t *testing.T) {
 	ir := o.clusterRoles["tether-injector"]
 	if ir == nil || !hasRule(ir.Rules, "clusterroles", "bind", "tether-sidecar") ||
 		!hasRule(ir.Rules, "mutatingwebhookconfigurations", "patch", "tether-injector") ||
-		!hasRule(ir.Rules, "namespaces", "watch", "") || !hasRule(ir.Rules, "rolebindings", "create", "") {
+		!hasRule(ir.Rules, "namespaces", "watch", "") || !hasRule(ir.Rules, "pods", "watch", "") ||
+		!hasRule(ir.Rules, "rolebindings", "create", "") {
 		t.Errorf("injector ClusterRole: %+v", ir)
+	}
+	// RoleBindings: every verb but create only by the sidecar binding's name.
+	for _, r := range ir.Rules {
+		if !slices.Contains(r.Resources, "rolebindings") {
+			continue
+		}
+		if slices.Equal(r.Verbs, []string{"create"}) {
+			continue
+		}
+		if !slices.Equal(r.ResourceNames, []string{"tether-sidecar"}) {
+			t.Errorf("injector may %v RoleBindings of any name: %+v", r.Verbs, r)
+		}
+	}
+	for _, verb := range []string{"get", "list", "watch", "update", "delete"} {
+		if !hasRule(ir.Rules, "rolebindings", verb, "tether-sidecar") {
+			t.Errorf("injector may not %s its RoleBinding", verb)
+		}
+	}
+	if pol := o.policies["tether-injector-rolebindings"]; pol == nil || len(pol.Spec.Validations) != 3 ||
+		len(pol.Spec.MatchConditions) != 1 ||
+		!strings.Contains(pol.Spec.MatchConditions[0].Expression, `"system:serviceaccount:tether-system:tether-injector"`) {
+		t.Errorf("ValidatingAdmissionPolicy for the injector's RoleBindings: %+v", pol)
+	}
+	if o.other["ValidatingAdmissionPolicyBinding/tether-injector-rolebindings"] == nil {
+		t.Error("no ValidatingAdmissionPolicyBinding")
 	}
 	if r := o.roles["tether-injector"]; r == nil || !hasRule(r.Rules, "secrets", "update", "tether-injector-tls") {
 		t.Errorf("injector Role: %+v", r)
@@ -344,13 +394,18 @@ func TestVariants(t *testing.T) {
 	t.Run("sidecar and webhook settings reach the injector", func(t *testing.T) {
 		o := decode(t, render(t, "webhook.failurePolicy=Ignore", "sidecar.nativeSidecar=false", "sidecar.store=redis",
 			"sidecar.redis.address=redis.tether-system.svc:6379", "sidecar.redis.passwordSecret=redis-auth",
+			"sidecar.redis.username=tether", "sidecar.redis.tls=true", "sidecar.preStopSleep=40s",
 			"sidecar.gossip.keySecret=gossip-key", "webhook.excludedNamespaces={monitoring}", "injector.podAntiAffinity=hard",
 			"sidecar.resources.limits.cpu=1"))
 		cfg := checkArgs(t, injectorArgs(t, o))
 		if cfg.NativeSidecar || cfg.DefaultStore != "redis" || cfg.RedisAddress != "redis.tether-system.svc:6379" ||
-			cfg.RedisPasswordSecret != "redis-auth" || cfg.GossipKeySecret != "gossip-key" || cfg.SidecarCPULimit != "1" ||
+			cfg.RedisPasswordSecret != "redis-auth" || cfg.RedisUsername != "tether" || !cfg.RedisTLS ||
+			cfg.PreStopSleep != 40*time.Second || cfg.GossipKeySecret != "gossip-key" || cfg.SidecarCPULimit != "1" ||
 			!slices.Contains(cfg.ExcludedNamespaces, "monitoring") {
 			t.Errorf("injector configuration: %+v", cfg)
+		}
+		if cfg := checkArgs(t, injectorArgs(t, decode(t, render(t, "sidecar.gossip.keySecret=")))); cfg.GossipKeySecret != "" {
+			t.Errorf("an empty sidecar.gossip.keySecret became %q", cfg.GossipKeySecret)
 		}
 		for _, w := range o.webhooks["tether-injector"].Webhooks {
 			if *w.FailurePolicy != admissionregv1.Ignore || !slices.Contains(w.NamespaceSelector.MatchExpressions[1].Values, "monitoring") {
@@ -359,6 +414,67 @@ func TestVariants(t *testing.T) {
 		}
 		if a := o.deployments["tether-injector"].Spec.Template.Spec.Affinity.PodAntiAffinity; len(a.RequiredDuringSchedulingIgnoredDuringExecution) != 1 {
 			t.Errorf("hard anti-affinity: %+v", a)
+		}
+	})
+	t.Run("gossip key and NetworkPolicy per namespace", func(t *testing.T) {
+		o := decode(t, render(t, "sidecar.gossip.namespaces={llm,chat}"))
+		port := intstr.FromInt(inject.GossipPort)
+		if got := fmt.Sprint(inject.GossipPort); got != "17946" {
+			t.Fatalf("the chart's tether.gossipPort (17946) differs from the injector's %s", got)
+		}
+		keys := map[string]bool{}
+		for _, ns := range []string{"llm", "chat"} {
+			sec := o.secrets[ns+"/tether-gossip-key"]
+			if sec == nil || sec.Annotations["helm.sh/resource-policy"] != "keep" {
+				t.Fatalf("%s: gossip key Secret %+v", ns, sec)
+			}
+			// The file the sidecar reads holds a base64 32-byte key.
+			k, err := base64.StdEncoding.DecodeString(string(sec.Data["key"]))
+			if err != nil || len(k) != 32 {
+				t.Fatalf("%s: key %q is not base64 of 32 bytes: %v", ns, sec.Data["key"], err)
+			}
+			keys[string(k)] = true
+
+			np := o.netpols[ns+"/tether-gossip"]
+			if np == nil {
+				t.Fatalf("%s: no NetworkPolicy", ns)
+			}
+			sel := map[string]string{inject.LabelGossipPort: "17946"}
+			in := np.Spec.Ingress
+			if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, sel) || len(in) != 2 ||
+				len(in[0].From) != 1 || !reflect.DeepEqual(in[0].From[0].PodSelector.MatchLabels, sel) ||
+				len(in[0].Ports) != 2 || *in[0].Ports[0].Port != port || *in[0].Ports[1].Port != port ||
+				*in[0].Ports[1].Protocol != corev1.ProtocolUDP {
+				t.Fatalf("%s: gossip rule %+v", ns, np.Spec)
+			}
+			// The other ports: every port but the gossip port, from anywhere.
+			if len(in[1].From) != 0 || len(in[1].Ports) != 5 || in[1].Ports[0].Port.IntValue() != 1 || *in[1].Ports[0].EndPort != 17945 ||
+				in[1].Ports[1].Port.IntValue() != 17947 || *in[1].Ports[1].EndPort != 65535 {
+				t.Fatalf("%s: other-ports rule %+v", ns, in[1])
+			}
+		}
+		if len(keys) != 2 {
+			t.Error("two namespaces got the same key")
+		}
+
+		o = decode(t, render(t, "sidecar.gossip.namespaces={llm}", "sidecar.gossip.networkPolicy.allowOtherPorts=false"))
+		if np := o.netpols["llm/tether-gossip"]; np == nil || len(np.Spec.Ingress) != 1 {
+			t.Errorf("allowOtherPorts=false: %+v", np)
+		}
+		o = decode(t, render(t, "sidecar.gossip.namespaces={llm}", "sidecar.gossip.networkPolicy.enabled=false"))
+		if len(o.netpols) != 0 || o.secrets["llm/tether-gossip-key"] == nil {
+			t.Error("networkPolicy.enabled=false: the policy is rendered, or the key is not")
+		}
+		if _, err := run(t, "template", release, ".", "--namespace", namespace,
+			"--set", "sidecar.gossip.namespaces={llm}", "--set", "sidecar.gossip.keySecret="); err == nil ||
+			!strings.Contains(err.Error(), "sidecar.gossip.namespaces needs sidecar.gossip.keySecret") {
+			t.Errorf("namespaces without a keySecret: %v", err)
+		}
+	})
+	t.Run("without the admission policy", func(t *testing.T) {
+		o := decode(t, render(t, "rbac.admissionPolicy=false"))
+		if len(o.policies) != 0 {
+			t.Error("ValidatingAdmissionPolicy rendered with rbac.admissionPolicy=false")
 		}
 	})
 	t.Run("no RBAC management in cert-manager mode needs no injector ClusterRole", func(t *testing.T) {
@@ -381,6 +497,11 @@ func TestSchemaRejects(t *testing.T) {
 		"sidecar.store=etcd",
 		"sidecar.redis.address=nohost",
 		"sidecar.gossip.keySecret=Bad_Name",
+		"sidecar.gossip.namespaces={Bad_NS}",
+		"sidecar.gossip.networkPolicy.enable=true",
+		"sidecar.preStopSleep=1.5s",
+		"sidecar.redis.username=a b",
+		"rbac.admissionPolicy=maybe",
 		"certificates.mode=vault",
 		"certificates.selfManaged.certLifetime=one-year",
 		"sidecar.resources.limits.gpu=1",

@@ -126,7 +126,7 @@ func (a *App) Run(ctx context.Context) error {
 		goRun("certificates", func(ctx context.Context) error { dw.Run(ctx); return nil })
 	}
 	if a.cfg.ManageRBAC {
-		b := &rbac.Binder{Client: a.client, ClusterRole: a.cfg.SidecarClusterRole, Log: a.log}
+		b := &rbac.Binder{Client: a.client, ClusterRole: a.cfg.SidecarClusterRole, BindingName: a.cfg.SidecarRoleBinding, Log: a.log}
 		goRun("rbac", b.Run)
 	}
 

@@ -84,6 +84,9 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 			Webhooks:   []admissionregv1.MutatingWebhook{{Name: "ns.inject.tether.dev"}, {Name: "pod.inject.tether.dev"}},
 		},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "llm", Labels: map[string]string{"tether.dev/injection": "enabled"}}},
+		// A router pod stored after its injection: its account gets the binding.
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "llm", Name: "router-0", Labels: map[string]string{"tether.dev/injected": "true"}},
+			Spec: corev1.PodSpec{ServiceAccountName: "router"}},
 	)
 	cfg := parseFlags(t, "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--self-managed-certs",
 		"--extra-san=127.0.0.1", "--namespace=tether-system", "--sidecar-image=example.com/tether-sidecar:test")
@@ -219,10 +222,10 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 		}
 	}
 
-	// The RoleBinding controller ran too.
+	// The RoleBinding controller ran too, for the injected pod's account.
 	eventually(t, func() bool {
-		_, err := client.RbacV1().RoleBindings("llm").Get(ctx, "tether-sidecar", metav1.GetOptions{})
-		return err == nil
+		rb, err := client.RbacV1().RoleBindings("llm").Get(ctx, "tether-sidecar", metav1.GetOptions{})
+		return err == nil && len(rb.Subjects) == 1 && rb.Subjects[0].Name == "router" && rb.Subjects[0].Kind == "ServiceAccount"
 	})
 }
 

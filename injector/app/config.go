@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetherproxy/tether/injector/certs"
 	"github.com/tetherproxy/tether/injector/inject"
+	"github.com/tetherproxy/tether/injector/rbac"
 	"github.com/tetherproxy/tether/injector/webhook"
 )
 
@@ -50,6 +51,7 @@ type Config struct {
 	// ManageRBAC binds SidecarClusterRole in every labelled namespace.
 	ManageRBAC         bool
 	SidecarClusterRole string
+	SidecarRoleBinding string
 
 	Kubeconfig string
 
@@ -61,9 +63,12 @@ type Config struct {
 	SidecarCPULimit     string
 	SidecarMemLimit     string
 	NativeSidecar       bool
+	PreStopSleep        time.Duration
 	DefaultStore        string
 	RedisAddress        string
 	RedisPasswordSecret string
+	RedisUsername       string
+	RedisTLS            bool
 	GossipKeySecret     string
 	ExcludedNamespaces  stringList
 
@@ -98,8 +103,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CertLifetime, "cert-lifetime", certs.DefaultCertLifetime, "lifetime of the self-managed serving certificate (renewed at two thirds)")
 	fs.DurationVar(&c.CertCheckInterval, "cert-check-interval", certs.DefaultInterval, "how often the Secret and caBundle are checked (self-managed mode)")
 	fs.StringVar(&c.Namespace, "namespace", ns, "the injector's namespace (from $POD_NAMESPACE when set)")
-	fs.BoolVar(&c.ManageRBAC, "manage-rbac", true, "bind --sidecar-cluster-role to the service accounts of every namespace labelled "+inject.NamespaceLabel+"="+inject.NamespaceLabelValue)
+	fs.BoolVar(&c.ManageRBAC, "manage-rbac", true, "bind --sidecar-cluster-role, in every namespace labelled "+inject.NamespaceLabel+"="+inject.NamespaceLabelValue+", to the service accounts its injected pods run as")
 	fs.StringVar(&c.SidecarClusterRole, "sidecar-cluster-role", "tether-sidecar", "ClusterRole (get/list/watch pods) the sidecars are bound to")
+	fs.StringVar(&c.SidecarRoleBinding, "sidecar-role-binding", rbac.DefaultBindingName, "name of the RoleBinding kept in each labelled namespace (the chart's RBAC lets the injector touch only this name)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&c.SidecarImage, "sidecar-image", "ghcr.io/tetherproxy/tether-sidecar:"+Version, "sidecar image, repository:tag")
 	fs.StringVar(&c.SidecarPullPolicy, "sidecar-image-pull-policy", "IfNotPresent", "sidecar imagePullPolicy: Always, IfNotPresent or Never")
@@ -108,10 +114,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SidecarCPULimit, "sidecar-cpu-limit", "", "sidecar CPU limit (empty: none)")
 	fs.StringVar(&c.SidecarMemLimit, "sidecar-memory-limit", "256Mi", "sidecar memory limit (empty: none)")
 	fs.BoolVar(&c.NativeSidecar, "native-sidecar", true, "inject a native sidecar (init container, restartPolicy Always; Kubernetes 1.29+); false: the first plain container")
+	fs.DurationVar(&c.PreStopSleep, "prestop-sleep", 15*time.Second, "plain-container sidecars: keep serving this long after the pod is asked to stop, while the router drains (whole seconds; 0: no preStop hook)")
 	fs.StringVar(&c.DefaultStore, "default-store", "memory", "store of pods without tether.dev/store: memory, gossip or redis")
 	fs.StringVar(&c.RedisAddress, "redis-address", "", "Redis host:port for redis-store pods without tether.dev/redis-address")
 	fs.StringVar(&c.RedisPasswordSecret, "redis-password-secret", "", "Secret (key \"password\") mounted into redis-store pods without tether.dev/redis-password-secret")
-	fs.StringVar(&c.GossipKeySecret, "gossip-key-secret", "", "Secret (key \"key\") mounted into gossip-store pods without tether.dev/gossip-key-secret")
+	fs.StringVar(&c.RedisUsername, "redis-username", "", "Redis ACL user of redis-store pods without tether.dev/redis-username")
+	fs.BoolVar(&c.RedisTLS, "redis-tls", false, "TLS to Redis for redis-store pods without tether.dev/redis-tls")
+	fs.StringVar(&c.GossipKeySecret, "gossip-key-secret", "tether-gossip-key", "Secret (key \"key\") mounted into gossip-store pods without tether.dev/gossip-key-secret (empty: every gossip pod must name one)")
 	fs.Var(&c.ExcludedNamespaces, "exclude-namespace", "namespace never injected, besides kube-system and --namespace (repeatable)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -122,10 +131,13 @@ func (c *Config) injectOptions() (inject.Options, error) {
 		Image:               c.SidecarImage,
 		ImagePullPolicy:     corev1.PullPolicy(c.SidecarPullPolicy),
 		PlainContainer:      !c.NativeSidecar,
+		PreStopSleep:        c.PreStopSleep,
 		Version:             Version,
 		Store:               c.DefaultStore,
 		RedisAddress:        c.RedisAddress,
 		RedisPasswordSecret: c.RedisPasswordSecret,
+		RedisUsername:       c.RedisUsername,
+		RedisTLS:            c.RedisTLS,
 		GossipKeySecret:     c.GossipKeySecret,
 		ExcludedNamespaces:  append([]string{"kube-system", c.Namespace}, c.ExcludedNamespaces...),
 	}
@@ -181,8 +193,8 @@ func (c *Config) validate() error {
 		return errors.New("no certificate source: set --cert-dir (cert-manager) or --self-managed-certs")
 	case c.SelfManaged && (c.SecretName == "" || c.ServiceName == "" || c.WebhookConfig == "" || c.Namespace == ""):
 		return errors.New("--self-managed-certs needs --secret-name, --service-name, --webhook-config and --namespace")
-	case c.ManageRBAC && c.SidecarClusterRole == "":
-		return errors.New("--manage-rbac needs --sidecar-cluster-role")
+	case c.ManageRBAC && (c.SidecarClusterRole == "" || c.SidecarRoleBinding == ""):
+		return errors.New("--manage-rbac needs --sidecar-cluster-role and --sidecar-role-binding")
 	case c.Listen == "":
 		return errors.New("--listen is required")
 	}

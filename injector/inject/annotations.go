@@ -32,9 +32,13 @@ type Annotations struct {
 	PDGroupLabel        string
 	Affinity            string
 	ListenPort          int
+	AdminPort           int
+	GossipPort          int
 	Store               string
 	RedisAddresses      []string
 	RedisPasswordSecret string
+	RedisUsername       string
+	RedisTLS            *bool
 	GossipKeySecret     string
 	JWTSecret           string
 	JWTAlgorithms       []string
@@ -85,10 +89,14 @@ var parsers = map[string]parser{
 	AnnotationBackendPort:         parseBackendPort,
 	AnnotationPDGroupLabel:        parseGroupLabel,
 	AnnotationAffinity:            parseAffinity,
-	AnnotationListenPort:          parseListenPort,
+	AnnotationListenPort:          portInto(func(a *Annotations) *int { return &a.ListenPort }),
+	AnnotationAdminPort:           portInto(func(a *Annotations) *int { return &a.AdminPort }),
+	AnnotationGossipPort:          portInto(func(a *Annotations) *int { return &a.GossipPort }),
 	AnnotationStore:               parseStore,
 	AnnotationRedisAddress:        parseRedisAddress,
 	AnnotationRedisPasswordSecret: secretInto(func(a *Annotations) *string { return &a.RedisPasswordSecret }),
+	AnnotationRedisUsername:       parseRedisUsername,
+	AnnotationRedisTLS:            parseRedisTLS,
 	AnnotationGossipKeySecret:     secretInto(func(a *Annotations) *string { return &a.GossipKeySecret }),
 	AnnotationJWTSecret:           secretInto(func(a *Annotations) *string { return &a.JWTSecret }),
 	AnnotationJWTAlgorithms:       parseJWTAlgorithms,
@@ -148,12 +156,19 @@ func ParseAnnotations(ann map[string]string) (*Annotations, error) {
 }
 
 func parseInject(v string, a *Annotations, _ *problems) string {
-	b, err := strconv.ParseBool(v)
-	if err != nil || (v != "true" && v != "false") {
-		return fmt.Sprintf(`must be "true" or "false", got %q`, v)
+	b, rule := parseBool(v)
+	if rule == "" {
+		a.Inject = &b
 	}
-	a.Inject = &b
-	return ""
+	return rule
+}
+
+// parseBool accepts exactly "true" or "false".
+func parseBool(v string) (bool, string) {
+	if v != "true" && v != "false" {
+		return false, fmt.Sprintf(`must be "true" or "false", got %q`, v)
+	}
+	return v == "true", ""
 }
 
 func parsePool(v string, a *Annotations, _ *problems) string {
@@ -268,16 +283,17 @@ func parseAffinity(v string, a *Annotations, _ *problems) string {
 	return ""
 }
 
-func parseListenPort(v string, a *Annotations, _ *problems) string {
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > 65535 {
-		return fmt.Sprintf("must be a port 1..65535, got %q", v)
+// portInto reads a port number. Ports are checked against each other and
+// against the pod's containers when the pod is known (conflicts).
+func portInto(field func(*Annotations) *int) parser {
+	return func(v string, a *Annotations, _ *problems) string {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("must be a port 1..65535, got %q", v)
+		}
+		*field(a) = n
+		return ""
 	}
-	if n == AdminPort || n == GossipPort {
-		return fmt.Sprintf("port %d is the sidecar's own (admin %d, gossip %d)", n, AdminPort, GossipPort)
-	}
-	a.ListenPort = n
-	return ""
 }
 
 func parseStore(v string, a *Annotations, _ *problems) string {
@@ -307,6 +323,24 @@ func parseRedisAddress(v string, a *Annotations, _ *problems) string {
 	}
 	a.RedisAddresses = addrs
 	return ""
+}
+
+// parseRedisUsername accepts an ACL user name: Redis allows any bytes,
+// but one that needs quoting in redis-cli is refused here as a likely typo.
+func parseRedisUsername(v string, a *Annotations, _ *problems) string {
+	if v == "" || strings.ContainsFunc(v, unicode.IsSpace) || strings.ContainsAny(v, `"'`) {
+		return fmt.Sprintf("must be a Redis ACL user name without spaces or quotes, got %q", v)
+	}
+	a.RedisUsername = v
+	return ""
+}
+
+func parseRedisTLS(v string, a *Annotations, _ *problems) string {
+	b, rule := parseBool(v)
+	if rule == "" {
+		a.RedisTLS = &b
+	}
+	return rule
 }
 
 func secretInto(field func(*Annotations) *string) parser {

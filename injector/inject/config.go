@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"cmp"
 	"errors"
 	"net"
 	"strconv"
@@ -22,6 +23,8 @@ type plan struct {
 	gossipKeySecret     string
 	jwtSecret           string
 	listenPort          int
+	adminPort           int
+	gossipPort          int
 }
 
 // buildPlan applies the cross-key rules and renders the sidecar config,
@@ -32,10 +35,9 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 		store:      firstNonEmpty(a.Store, inj.opts.Store, config.StoreMemory),
 		configMap:  a.ConfigMap,
 		jwtSecret:  a.JWTSecret,
-		listenPort: DefaultListenPort,
-	}
-	if a.ListenPort != 0 {
-		pl.listenPort = a.ListenPort
+		listenPort: cmp.Or(a.ListenPort, DefaultListenPort),
+		adminPort:  cmp.Or(a.AdminPort, AdminPort),
+		gossipPort: cmp.Or(a.GossipPort, GossipPort),
 	}
 
 	// Secrets follow the store: a default Secret for another store is not
@@ -49,7 +51,10 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 	for _, c := range []struct{ key, store string }{
 		{AnnotationRedisAddress, config.StoreRedis},
 		{AnnotationRedisPasswordSecret, config.StoreRedis},
+		{AnnotationRedisUsername, config.StoreRedis},
+		{AnnotationRedisTLS, config.StoreRedis},
 		{AnnotationGossipKeySecret, config.StoreGossip},
+		{AnnotationGossipPort, config.StoreGossip},
 	} {
 		if a.Has(c.key) && pl.store != c.store {
 			p.add(c.key, "applies only with %s: %s (the store is %q)", AnnotationStore, c.store, pl.store)
@@ -92,7 +97,7 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 	cfg := &config.Config{
 		Listen: listen,
 		// The kubelet's probes reach the admin listener from outside the pod.
-		Admin: net.JoinHostPort("0.0.0.0", strconv.Itoa(AdminPort)),
+		Admin: net.JoinHostPort("0.0.0.0", strconv.Itoa(pl.adminPort)),
 		Store: config.Store{Backend: pl.store},
 	}
 
@@ -139,13 +144,25 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 		if pl.redisPasswordSecret != "" {
 			r.PasswordFile = RedisPasswordDir + "/" + RedisPasswordKey
 		}
+		r.Username = cmp.Or(a.RedisUsername, inj.opts.RedisUsername)
+		r.TLS = inj.opts.RedisTLS
+		if a.RedisTLS != nil {
+			r.TLS = *a.RedisTLS
+		}
 		cfg.Store.Redis = r
 	case config.StoreGossip:
-		g := &config.GossipStore{Discovery: config.PeersKubernetes, PeerSelector: PeerSelector(pod)}
+		g := &config.GossipStore{
+			Bind:         net.JoinHostPort("0.0.0.0", strconv.Itoa(pl.gossipPort)),
+			Discovery:    config.PeersKubernetes,
+			PeerSelector: PeerSelector(pod),
+		}
 		if g.PeerSelector == "" {
 			p.add(AnnotationStore, "gossip finds peers by the router pod's labels, and the pod has none that all replicas share")
 		}
-		if pl.gossipKeySecret != "" {
+		if pl.gossipKeySecret == "" {
+			p.add(AnnotationGossipKeySecret, "required by %s: gossip (the chart's sidecar.gossip.keySecret is empty): "+
+				"a Secret whose key %q encrypts and authenticates the ring", AnnotationStore, GossipKeyKey)
+		} else {
 			g.SecretKeyFile = GossipKeyDir + "/" + GossipKeyKey
 		}
 		cfg.Store.Gossip = g
@@ -227,11 +244,15 @@ var fieldAnnotations = []struct{ prefix, key string }{
 	{"pools[0].backends.decode", AnnotationBackendPort},
 	{"pools[0].backends", AnnotationBackendSelector},
 	{"pools[0].affinity", AnnotationAffinity},
+	{"store.redis.username", AnnotationRedisUsername},
 	{"store.redis", AnnotationRedisAddress},
+	{"store.gossip.bind", AnnotationGossipPort},
+	{"store.gossip.secretKeyFile", AnnotationGossipKeySecret},
 	{"store", AnnotationStore},
 	{"jwt.algorithms", AnnotationJWTAlgorithms},
 	{"jwt", AnnotationJWTSecret},
 	{"listen", AnnotationListenPort},
+	{"admin", AnnotationAdminPort},
 }
 
 // fieldProblems turns config.FieldErrors into AnnotationErrors.

@@ -31,14 +31,14 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 			fieldEnv("POD_IP", "status.podIP"),
 		},
 		Ports: []corev1.ContainerPort{
-			{Name: AdminPortName, ContainerPort: AdminPort, Protocol: corev1.ProtocolTCP},
+			{Name: AdminPortName, ContainerPort: int32(pl.adminPort), Protocol: corev1.ProtocolTCP},
 		},
 		Resources: *o.Resources.DeepCopy(),
 		// The startup probe holds the router back (native sidecar) until
 		// the sidecar's stores and discovery are synced.
-		StartupProbe:   probe("/readyz", 1, 120),
-		ReadinessProbe: probe("/readyz", 5, 3),
-		LivenessProbe:  probe("/healthz", 10, 3),
+		StartupProbe:   probe("/readyz", pl.adminPort, 1, 120),
+		ReadinessProbe: probe("/readyz", pl.adminPort, 5, 3),
+		LivenessProbe:  probe("/healthz", pl.adminPort, 10, 3),
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
 			RunAsUser:                ptr.To[int64](65532),
@@ -50,14 +50,24 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	if !o.PlainContainer {
+	switch {
+	case !o.PlainContainer:
 		// A native sidecar: started before the app containers, stopped after them.
 		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	case o.PreStopSleep > 0:
+		// A plain container is stopped together with the router. The
+		// preStop hook keeps it serving while the router drains. The
+		// image has no shell, and the preStop sleep action needs
+		// Kubernetes 1.30 while plain containers are for clusters older
+		// than 1.29, so the sidecar binary itself sleeps.
+		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+			Command: []string{Binary, "--sleep", o.PreStopSleep.String()},
+		}}}
 	}
 	if pl.store == config.StoreGossip {
 		c.Ports = append(c.Ports,
-			corev1.ContainerPort{Name: GossipPortName, ContainerPort: GossipPort, Protocol: corev1.ProtocolTCP},
-			corev1.ContainerPort{ContainerPort: GossipPort, Protocol: corev1.ProtocolUDP})
+			corev1.ContainerPort{Name: GossipPortName, ContainerPort: int32(pl.gossipPort), Protocol: corev1.ProtocolTCP},
+			corev1.ContainerPort{Name: GossipUDPPortName, ContainerPort: int32(pl.gossipPort), Protocol: corev1.ProtocolUDP})
 	}
 
 	if pl.configMap != "" {
@@ -173,10 +183,10 @@ func fieldEnv(name, path string) corev1.EnvVar {
 	}}
 }
 
-func probe(path string, period, failures int32) *corev1.Probe {
+func probe(path string, port int, period, failures int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path: path, Port: intstr.FromInt32(AdminPort), Scheme: corev1.URISchemeHTTP,
+			Path: path, Port: intstr.FromInt(port), Scheme: corev1.URISchemeHTTP,
 		}},
 		PeriodSeconds:    period,
 		FailureThreshold: failures,

@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tetherproxy/tether/injector/inject"
@@ -33,6 +35,9 @@ func testOptions() inject.Options {
 			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
 		},
 		ExcludedNamespaces: []string{"kube-system", "tether-system"},
+		// The chart's default: gossip pods mount this Secret's key.
+		GossipKeySecret: "tether-gossip-key",
+		PreStopSleep:    15 * time.Second,
 	}
 }
 
@@ -61,6 +66,9 @@ func goldenCases() []goldenCase {
 		// Injected.
 		{name: "plain", input: "router"},
 		{name: "plain-container", input: "router", opts: func(o *inject.Options) { o.PlainContainer = true }},
+		{name: "plain-container-long-grace", input: "router", opts: func(o *inject.Options) { o.PlainContainer = true },
+			before: func(_ testing.TB, p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](600) }},
+		{name: "plain-container-no-prestop", input: "router", opts: func(o *inject.Options) { o.PlainContainer, o.PreStopSleep = true, 0 }},
 		{name: "opt-in-outside-labelled-namespace", input: "router", optInWebhook: true,
 			labels: map[string]string{inject.LabelInject: "true"}},
 		{name: "pd", input: "router", del: []string{inject.AnnotationBackendSelector}, set: map[string]string{
@@ -81,15 +89,34 @@ func goldenCases() []goldenCase {
 			inject.AnnotationListenPort:      "9000",
 		}},
 		{name: "gossip-statefulset", input: "statefulset"},
+		{name: "ports-moved", input: "router", set: map[string]string{
+			inject.AnnotationStore:      "gossip",
+			inject.AnnotationListenPort: "9000",
+			inject.AnnotationAdminPort:  "9001",
+			inject.AnnotationGossipPort: "7946",
+		}},
+		{name: "istio-native-sidecar", input: "istio"},
+		{name: "linkerd-native-sidecar", input: "router", before: withLinkerd},
+		{name: "istio-ports-excluded", input: "istio", set: map[string]string{
+			"traffic.sidecar.istio.io/excludeInboundPorts":  "17020,17946",
+			"traffic.sidecar.istio.io/excludeOutboundPorts": "17946",
+		}},
 		{name: "redis-store", input: "router", set: map[string]string{
 			inject.AnnotationStore:               "redis",
 			inject.AnnotationRedisAddress:        "redis.llm.svc:6379",
 			inject.AnnotationRedisPasswordSecret: "redis-auth",
+			inject.AnnotationRedisUsername:       "tether",
+			inject.AnnotationRedisTLS:            "true",
 		}},
 		{name: "redis-chart-defaults", input: "router", opts: func(o *inject.Options) {
 			o.Store, o.RedisAddress, o.RedisPasswordSecret = "redis", "redis.tether-system.svc:6379", "tether-redis"
+			o.RedisUsername, o.RedisTLS = "tether", true
 			o.GossipKeySecret = "not-mounted-for-redis"
 		}},
+		{name: "redis-tls-off-by-annotation", input: "router", set: map[string]string{inject.AnnotationRedisTLS: "false"},
+			opts: func(o *inject.Options) {
+				o.Store, o.RedisAddress, o.RedisTLS = "redis", "redis.tether-system.svc:6379", true
+			}},
 		{name: "jwt-claim", input: "router", set: map[string]string{
 			inject.AnnotationSources:       "JWTClaim:sub,Header:X-Session-ID",
 			inject.AnnotationJWTSecret:     "router-jwt",
@@ -148,9 +175,30 @@ func goldenCases() []goldenCase {
 		{name: "invalid-pd-group-label", input: "router", set: map[string]string{inject.AnnotationPDGroupLabel: "pd group"}},
 		{name: "invalid-pd-group-label-without-pd", input: "router", set: map[string]string{inject.AnnotationPDGroupLabel: "pd-group"}},
 		{name: "invalid-affinity", input: "router", set: map[string]string{inject.AnnotationAffinity: "sticky"}},
-		{name: "invalid-listen-port", input: "router", set: map[string]string{inject.AnnotationListenPort: "15020"}},
+		{name: "invalid-listen-port", input: "router", set: map[string]string{inject.AnnotationListenPort: "17020"}},
 		{name: "invalid-listen-port-word", input: "router", set: map[string]string{inject.AnnotationListenPort: "http"}},
 		{name: "invalid-listen-port-taken", input: "router", set: map[string]string{inject.AnnotationListenPort: "8080"}},
+		{name: "invalid-admin-port", input: "router", set: map[string]string{inject.AnnotationAdminPort: "0"}},
+		{name: "invalid-admin-port-taken", input: "router", set: map[string]string{inject.AnnotationAdminPort: "8080"}},
+		{name: "invalid-admin-port-default-taken", input: "router", before: func(_ testing.TB, p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "metrics", ContainerPort: 17020})
+		}},
+		{name: "invalid-gossip-port-is-listen-port", input: "router", set: map[string]string{
+			inject.AnnotationStore: "gossip", inject.AnnotationGossipPort: "17001"}},
+		{name: "invalid-gossip-port-memory-store", input: "router", set: map[string]string{inject.AnnotationGossipPort: "7946"}},
+		{name: "invalid-gossip-port-taken-by-init-container", input: "statefulset", set: map[string]string{inject.AnnotationGossipPort: "9000"},
+			before: func(_ testing.TB, p *corev1.Pod) {
+				p.Spec.InitContainers[0].Ports = []corev1.ContainerPort{{ContainerPort: 9000, Protocol: corev1.ProtocolUDP}}
+			}},
+		{name: "invalid-admin-port-istio", input: "istio", set: map[string]string{inject.AnnotationAdminPort: "15020"}},
+		{name: "invalid-listen-port-linkerd", input: "router", set: map[string]string{inject.AnnotationListenPort: "4140"}, before: withLinkerd},
+		{name: "invalid-gossip-without-key", input: "router", set: map[string]string{inject.AnnotationStore: "gossip"},
+			opts: func(o *inject.Options) { o.GossipKeySecret = "" }},
+		{name: "invalid-redis-tls", input: "router", set: map[string]string{
+			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis:6379", inject.AnnotationRedisTLS: "yes"}},
+		{name: "invalid-redis-username", input: "router", set: map[string]string{
+			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis:6379", inject.AnnotationRedisUsername: "te ther"}},
+		{name: "invalid-redis-tls-memory-store", input: "router", set: map[string]string{inject.AnnotationRedisTLS: "true"}},
 		{name: "invalid-store", input: "router", set: map[string]string{inject.AnnotationStore: "etcd"}},
 		{name: "invalid-gossip-without-labels", input: "router", set: map[string]string{inject.AnnotationStore: "gossip"},
 			before: func(_ testing.TB, p *corev1.Pod) { p.Labels = map[string]string{"pod-template-hash": "5d8f7c9b4"} }},
@@ -181,6 +229,19 @@ func goldenCases() []goldenCase {
 		{name: "invalid-several-at-once", input: "router", set: map[string]string{
 			inject.AnnotationTTL: "0s", inject.AnnotationBackendPort: "0", inject.AnnotationStore: "disk"}},
 	}
+}
+
+// withLinkerd adds what Linkerd's injector (whose webhook sorts before
+// tether's) puts in a pod in native-sidecar mode: its init container and
+// the linkerd-proxy native sidecar.
+func withLinkerd(_ testing.TB, p *corev1.Pod) {
+	p.Spec.InitContainers = append(p.Spec.InitContainers,
+		corev1.Container{Name: "linkerd-init", Image: "cr.l5d.io/linkerd/proxy-init:v2.4.1"},
+		corev1.Container{Name: "linkerd-proxy", Image: "cr.l5d.io/linkerd/proxy:stable-2.14.10",
+			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+			Ports: []corev1.ContainerPort{
+				{Name: "linkerd-proxy", ContainerPort: 4143}, {Name: "linkerd-admin", ContainerPort: 4191},
+			}})
 }
 
 // goldenDoc is what a golden file holds.

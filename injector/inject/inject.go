@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +25,11 @@ type Options struct {
 	// native sidecar (an init container with restartPolicy Always), for
 	// clusters older than Kubernetes 1.29.
 	PlainContainer bool
+	// PreStopSleep (plain containers only) keeps the sidecar serving this
+	// long after the pod is asked to stop, while the router, stopped at
+	// the same moment, drains; then SIGTERM gives in-flight requests
+	// proxy.shutdownTimeout. Zero: no preStop hook.
+	PreStopSleep time.Duration
 	// Version is recorded in the status annotation; a pod injected by
 	// another version is stripped and injected again.
 	Version string
@@ -35,6 +42,10 @@ type Options struct {
 	// and "key") mounted into pods of that store unless the pod names its own.
 	RedisPasswordSecret string
 	GossipKeySecret     string
+	// RedisUsername (ACL user) and RedisTLS apply to redis-store pods
+	// without tether.dev/redis-username and tether.dev/redis-tls.
+	RedisUsername string
+	RedisTLS      bool
 	// ExcludedNamespaces are never injected (kube-system, the injector's own).
 	ExcludedNamespaces []string
 }
@@ -62,6 +73,15 @@ func New(o Options) (*Injector, error) {
 		if rule := parseRedisAddress(o.RedisAddress, &a, nil); rule != "" {
 			return nil, fmt.Errorf("inject: default Redis address %s", rule)
 		}
+	}
+	if o.RedisUsername != "" {
+		var a Annotations
+		if rule := parseRedisUsername(o.RedisUsername, &a, nil); rule != "" {
+			return nil, fmt.Errorf("inject: default Redis username %s", rule)
+		}
+	}
+	if o.PreStopSleep < 0 || o.PreStopSleep%time.Second != 0 {
+		return nil, fmt.Errorf("inject: the preStop sleep must be whole seconds, 0 or more, got %s", o.PreStopSleep)
 	}
 	for _, s := range []string{o.RedisPasswordSecret, o.GossipKeySecret} {
 		if s != "" && len(validation.IsDNS1123Subdomain(s)) > 0 {
@@ -137,14 +157,14 @@ func (inj *Injector) Inject(in *corev1.Pod, req Request) (Result, error) {
 	}
 
 	pl, p := inj.buildPlan(a, pod, ns)
-	p = append(p, conflicts(pod, pl)...)
+	p = append(p, conflicts(pod, pl, a)...)
 	if err := p.err(); err != nil {
 		return Result{}, err
 	}
 	return inj.mutate(pod, pl)
 }
 
-// mutate adds the sidecar, its volumes and the status annotation.
+// mutate adds the sidecar, its volumes, labels and the status annotation.
 func (inj *Injector) mutate(pod *corev1.Pod, pl *plan) (Result, error) {
 	var res Result
 	c, err := inj.sidecarContainer(pl, serviceAccountTokenMount(pod))
@@ -155,6 +175,7 @@ func (inj *Injector) mutate(pod *corev1.Pod, pl *plan) (Result, error) {
 		res.Warnings = append(res.Warnings,
 			"tether: automountServiceAccountToken is false, so the sidecar has no token to watch pods with")
 	}
+	res.Warnings = append(res.Warnings, meshWarnings(pod, pl)...)
 	st := Status{Version: inj.opts.Version, Native: !inj.opts.PlainContainer, Containers: []string{ContainerName}}
 	if inj.opts.PlainContainer {
 		if pod.Annotations == nil || pod.Annotations[defaultContainerAnnotation] == "" {
@@ -164,12 +185,19 @@ func (inj *Injector) mutate(pod *corev1.Pod, pl *plan) (Result, error) {
 		}
 		// First, so the kubelet starts it before the app.
 		pod.Spec.Containers = append([]corev1.Container{c}, pod.Spec.Containers...)
+		if w := inj.ensureGracePeriod(pod, pl); w != "" {
+			res.Warnings = append(res.Warnings, w)
+		}
 	} else {
-		pod.Spec.InitContainers = append([]corev1.Container{c}, pod.Spec.InitContainers...)
+		pod.Spec.InitContainers = slices.Insert(pod.Spec.InitContainers, sidecarIndex(pod), c)
 	}
 	for _, v := range sidecarVolumes(pl) {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, v)
 		st.Volumes = append(st.Volumes, v.Name)
+	}
+	setLabel(pod, LabelInjected, "true")
+	if pl.store == config.StoreGossip {
+		setLabel(pod, LabelGossipPort, strconv.Itoa(pl.gossipPort))
 	}
 	setAnnotation(pod, AnnotationStatus, st.String())
 	res.Pod = pod
@@ -187,33 +215,11 @@ func setAnnotation(pod *corev1.Pod, k, v string) {
 	pod.Annotations[k] = v
 }
 
-// conflicts finds names and ports the pod already uses.
-func conflicts(pod *corev1.Pod, pl *plan) problems {
-	var p problems
-	for _, v := range pod.Spec.Volumes {
-		for _, ours := range sidecarVolumes(pl) {
-			if v.Name == ours.Name {
-				p.add(AnnotationInject, "the pod already has a volume named %q, which the sidecar needs", v.Name)
-			}
-		}
+func setLabel(pod *corev1.Pod, k, v string) {
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
 	}
-	ports := map[int32]string{AdminPort: AnnotationInject}
-	if pl.cfg != nil {
-		ports[int32(pl.listenPort)] = AnnotationListenPort
-	}
-	if pl.store == config.StoreGossip {
-		ports[GossipPort] = AnnotationStore
-	}
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range list {
-			for _, cp := range c.Ports {
-				if key, ok := ports[cp.ContainerPort]; ok {
-					p.add(key, "container %q already uses port %d, which the sidecar needs", c.Name, cp.ContainerPort)
-				}
-			}
-		}
-	}
-	return p
+	pod.Labels[k] = v
 }
 
 // serviceAccountTokenMount finds the token mount the API server gave the
@@ -240,16 +246,20 @@ func (inj *Injector) Patch(pod *corev1.Pod, req Request) ([]byte, Result, error)
 	if err != nil || res.Pod == nil {
 		return nil, res, err
 	}
-	// jsonpatch diffs arrays index by index, so prepending the sidecar
-	// would rewrite every existing container. Diff without it and send
-	// the prepend as one "add" at index 0.
+	// jsonpatch diffs arrays index by index, so inserting the sidecar
+	// would rewrite every container after it. Diff without it and send
+	// the insertion as one "add" at its index.
 	mid := res.Pod.DeepCopy()
 	list, path := &mid.Spec.InitContainers, "/spec/initContainers"
 	if inj.opts.PlainContainer {
 		list, path = &mid.Spec.Containers, "/spec/containers"
 	}
-	sidecar := (*list)[0]
-	if *list = (*list)[1:]; len(*list) == 0 && path == "/spec/initContainers" {
+	at := slices.IndexFunc(*list, func(c corev1.Container) bool { return c.Name == ContainerName })
+	if at < 0 {
+		return nil, res, fmt.Errorf("inject: the mutated pod has no %s container", ContainerName)
+	}
+	sidecar := (*list)[at]
+	if *list = slices.Delete(*list, at, at+1); len(*list) == 0 && path == "/spec/initContainers" {
 		*list = nil
 	}
 	orig, err := json.Marshal(pod)
@@ -267,7 +277,7 @@ func (inj *Injector) Patch(pod *corev1.Pod, req Request) ([]byte, Result, error)
 	if *list == nil {
 		ops = append(ops, jsonpatch.NewOperation("add", path, []corev1.Container{sidecar}))
 	} else {
-		ops = append(ops, jsonpatch.NewOperation("add", path+"/0", sidecar))
+		ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(at), sidecar))
 	}
 	b, err := json.Marshal(ops)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,7 +108,8 @@ func TestRenderedConfigParses(t *testing.T) {
 	if src[0].Name != "$session" || src[1].Name != "sid$(POD_IP)" {
 		t.Errorf("user values changed by expansion: %+v", src)
 	}
-	if cfg.Pools[0].Name != "llm/r" || cfg.Admin != "0.0.0.0:15020" || cfg.Pools[0].Listen != "127.0.0.1:15001" {
+	if cfg.Pools[0].Name != "llm/r" || cfg.Admin != "0.0.0.0:17020" || cfg.Pools[0].Listen != "127.0.0.1:17001" ||
+		cfg.Store.Gossip.Bind != "0.0.0.0:17946" || cfg.Store.Gossip.SecretKeyFile != "/var/run/secrets/tether/gossip/key" {
 		t.Errorf("unexpected config: %+v", cfg)
 	}
 }
@@ -118,6 +120,9 @@ func TestNewOptions(t *testing.T) {
 		{Image: "x", Store: "disk"},
 		{Image: "x", RedisAddress: "nohost"},
 		{Image: "x", GossipKeySecret: "Bad_Name"},
+		{Image: "x", RedisUsername: "a b"},
+		{Image: "x", PreStopSleep: -time.Second},
+		{Image: "x", PreStopSleep: 1500 * time.Millisecond},
 	} {
 		if _, err := inject.New(o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
@@ -136,7 +141,11 @@ func FuzzParseAnnotations(f *testing.F) {
 	f.Add("redis-address", "redis:6379,[::1]:6380")
 	f.Add("jwt-algorithms", "RS256,HS512")
 	f.Add("sources", "JWTClaim:https://x/claims:sid")
-	f.Add("listen-port", "15001")
+	f.Add("listen-port", "17001")
+	f.Add("admin-port", "9001")
+	f.Add("gossip-port", "7946")
+	f.Add("redis-username", "tether")
+	f.Add("redis-tls", "true")
 	f.Add("inject", "true")
 	f.Add("source", "x")
 	inj, err := inject.New(testOptions())

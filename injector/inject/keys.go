@@ -5,6 +5,8 @@
 // CLI call it directly.
 package inject
 
+import "github.com/tetherproxy/tether/sidecar/config"
+
 // Annotation and label keys. Every key is part of the public contract
 // (README "Annotations"); add keys, never rename them.
 const (
@@ -33,10 +35,14 @@ const (
 	AnnotationPDGroupLabel    = Prefix + "pd-group-label"
 	AnnotationAffinity        = Prefix + "affinity"
 	AnnotationListenPort      = Prefix + "listen-port"
+	AnnotationAdminPort       = Prefix + "admin-port"
+	AnnotationGossipPort      = Prefix + "gossip-port"
 
 	AnnotationStore               = Prefix + "store"
 	AnnotationRedisAddress        = Prefix + "redis-address"
 	AnnotationRedisPasswordSecret = Prefix + "redis-password-secret"
+	AnnotationRedisUsername       = Prefix + "redis-username"
+	AnnotationRedisTLS            = Prefix + "redis-tls"
 	AnnotationGossipKeySecret     = Prefix + "gossip-key-secret"
 
 	AnnotationJWTSecret     = Prefix + "jwt-secret"
@@ -50,7 +56,19 @@ const (
 
 	// AnnotationStatus records what the injector added (see Status).
 	AnnotationStatus = Prefix + "status"
+
+	// LabelInjected ("true") marks every pod the injector gave a sidecar:
+	// the RoleBinding controller binds the service accounts of these pods.
+	LabelInjected = Prefix + "injected"
+	// LabelGossipPort carries a gossip pod's gossip port, so a
+	// NetworkPolicy can select the pods whose port it protects.
+	LabelGossipPort = Prefix + "gossip-port"
 )
+
+// injectorLabels are the labels the injector sets; they are no part of a
+// router's identity (peer selection) and are removed when a pod is
+// injected again.
+var injectorLabels = []string{LabelInjected, LabelGossipPort}
 
 // poolKeys configure the single pool rendered from annotations; they make
 // no sense next to tether.dev/config, whose ConfigMap holds all of that.
@@ -59,6 +77,7 @@ var poolKeys = []string{
 	AnnotationBackendSelector, AnnotationBackendPort,
 	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel,
 	AnnotationAffinity, AnnotationListenPort, AnnotationRedisAddress,
+	AnnotationRedisUsername, AnnotationRedisTLS,
 	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience,
 }
 
@@ -79,17 +98,19 @@ const (
 	serviceAccountMount = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
-// Sidecar ports and names.
+// Sidecar ports and names. The default ports are the sidecar's own
+// defaults, clear of Istio's and Linkerd's (see sidecar/config).
 const (
 	ContainerName = "tether-sidecar"
 	// Binary is the sidecar's path in its image (the image's entrypoint
 	// is not relied on).
 	Binary            = "/tether-sidecar"
-	AdminPort         = 15020
+	AdminPort         = config.DefaultAdminPort
 	AdminPortName     = "tether-admin"
-	GossipPort        = 7946
+	GossipPort        = config.DefaultGossipPort
 	GossipPortName    = "tether-gossip"
-	DefaultListenPort = 15001
+	GossipUDPPortName = "tether-gossip-u"
+	DefaultListenPort = config.DefaultListenPort
 	// EnvConfig carries the rendered config when no ConfigMap is used.
 	EnvConfig = "TETHER_CONFIG"
 )

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,12 +66,13 @@ func ownerPrefix(pod *corev1.Pod) string {
 }
 
 // PeerSelector is the label selector that finds this router's other
-// replicas: the pod's labels minus per-pod ones. It returns "" when
+// replicas: the pod's labels minus per-pod ones and the injector's own. It returns "" when
 // nothing is left to select on.
 func PeerSelector(pod *corev1.Pod) string {
 	set := labels.Set{}
 	for k, v := range pod.Labels {
-		if !perPodLabels[k] && len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
+		if !perPodLabels[k] && !slices.Contains(injectorLabels, k) &&
+			len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
 			set[k] = v
 		}
 	}

@@ -65,6 +65,9 @@ func strip(pod *corev1.Pod, st *Status) {
 		pod.Spec.Volumes = nil
 	}
 	delete(pod.Annotations, AnnotationStatus)
+	for _, k := range injectorLabels {
+		delete(pod.Labels, k)
+	}
 }
 
 // hasContainer reports whether any container or init container is named name.

@@ -1,21 +1,33 @@
-// Package rbac lets the sidecars of a labelled namespace watch pods:
-// for each namespace labelled tether.dev/injection=enabled it keeps a
+// Package rbac lets the sidecars of a labelled namespace watch pods, and
+// nobody else: for each namespace labelled tether.dev/injection=enabled
+// that runs injected pods (label tether.dev/injected=true), it keeps one
 // RoleBinding of the chart's sidecar ClusterRole (get/list/watch pods) to
-// every service account of that namespace, and removes it when the label
-// goes. Labelling a namespace is then all a user does.
+// the service accounts those pods run as. It removes the binding when the
+// label or the last injected pod goes. Labelling a namespace is then all
+// a user does, and another service account of the namespace gains nothing.
+//
+// The Binder touches only RoleBindings it owns: named BindingName and
+// labelled app.kubernetes.io/managed-by=tether-injector. It watches only
+// that name (a field selector, so RBAC can grant list and watch by
+// resourceNames), and leaves a RoleBinding of that name without its label
+// alone.
 package rbac
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -26,9 +38,12 @@ import (
 const (
 	NamespaceLabel      = "tether.dev/injection"
 	NamespaceLabelValue = "enabled"
-	ManagedByLabel      = "app.kubernetes.io/managed-by"
-	ManagedByValue      = "tether-injector"
-	DefaultBindingName  = "tether-sidecar"
+	// InjectedLabel is set by the injector on every pod it injected.
+	InjectedLabel      = "tether.dev/injected"
+	InjectedLabelValue = "true"
+	ManagedByLabel     = "app.kubernetes.io/managed-by"
+	ManagedByValue     = "tether-injector"
+	DefaultBindingName = "tether-sidecar"
 )
 
 // Binder reconciles one RoleBinding per namespace.
@@ -45,13 +60,8 @@ type Binder struct {
 // Run reconciles until ctx is done. It returns once its informers and
 // worker have stopped, or an error if the informers never synced.
 func (b *Binder) Run(ctx context.Context) error {
-	if b.BindingName == "" {
-		b.BindingName = DefaultBindingName
-	}
-	resync := b.Resync
-	if resync <= 0 {
-		resync = 10 * time.Minute
-	}
+	b.BindingName = cmp.Or(b.BindingName, DefaultBindingName)
+	resync := cmp.Or(b.Resync, 10*time.Minute)
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "tether-rbac"})
@@ -60,15 +70,24 @@ func (b *Binder) Run(ctx context.Context) error {
 	nsFactory := informers.NewSharedInformerFactory(b.Client, resync)
 	rbFactory := informers.NewSharedInformerFactoryWithOptions(b.Client, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", b.BindingName).String()
 			o.LabelSelector = ManagedByLabel + "=" + ManagedByValue
 		}))
+	podFactory := informers.NewSharedInformerFactoryWithOptions(b.Client, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = InjectedLabel + "=" + InjectedLabelValue
+		}),
+		// Only the namespace and service account of a pod matter here:
+		// keep the cache small whatever the pods hold.
+		informers.WithTransform(slimPod))
 	nsInf := nsFactory.Core().V1().Namespaces()
 	rbInf := rbFactory.Rbac().V1().RoleBindings()
+	podInf := podFactory.Core().V1().Pods()
 	enqueue := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		if m, err := meta(obj); err == nil {
+		if m, ok := obj.(metav1.Object); ok {
 			ns := m.GetNamespace()
 			if ns == "" { // a Namespace object
 				ns = m.GetName()
@@ -81,17 +100,16 @@ func (b *Binder) Run(ctx context.Context) error {
 		UpdateFunc: func(_, n any) { enqueue(n) },
 		DeleteFunc: enqueue,
 	}
-	if _, err := nsInf.Informer().AddEventHandler(handler); err != nil {
-		return err
+	for _, inf := range []cache.SharedIndexInformer{nsInf.Informer(), rbInf.Informer(), podInf.Informer()} {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
 	}
-	if _, err := rbInf.Informer().AddEventHandler(handler); err != nil {
-		return err
+	for _, f := range []informers.SharedInformerFactory{nsFactory, rbFactory, podFactory} {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
 	}
-	nsFactory.Start(ctx.Done())
-	rbFactory.Start(ctx.Done())
-	defer nsFactory.Shutdown()
-	defer rbFactory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), nsInf.Informer().HasSynced, rbInf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), nsInf.Informer().HasSynced, rbInf.Informer().HasSynced, podInf.Informer().HasSynced) {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -106,7 +124,7 @@ func (b *Binder) Run(ctx context.Context) error {
 			if quit {
 				return
 			}
-			err := b.reconcile(ctx, ns, nsInf.Lister().Get, rbInf.Lister().RoleBindings(ns).Get)
+			err := b.reconcile(ctx, ns, nsInf.Lister().Get, podInf.Lister().Pods(ns).List, rbInf.Lister().RoleBindings(ns).Get)
 			if err != nil && ctx.Err() == nil {
 				b.Log.Warn("rbac: reconcile failed, retrying", "namespace", ns, "err", err)
 				queue.AddRateLimited(ns)
@@ -122,52 +140,87 @@ func (b *Binder) Run(ctx context.Context) error {
 	return nil
 }
 
-func meta(obj any) (metav1.Object, error) {
-	m, ok := obj.(metav1.Object)
+// slimPod keeps what the Binder reads of a pod.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
 	if !ok {
-		return nil, fmt.Errorf("unexpected object %T", obj)
+		return obj, nil // a tombstone
 	}
-	return m, nil
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec: corev1.PodSpec{ServiceAccountName: p.Spec.ServiceAccountName},
+	}, nil
 }
 
-// Desired is the RoleBinding for namespace ns.
-func (b *Binder) Desired(ns string) *rbacv1.RoleBinding {
-	return &rbacv1.RoleBinding{
+// Desired is the RoleBinding for namespace ns that lets the service
+// accounts sas (sorted, no duplicates) watch pods.
+func (b *Binder) Desired(ns string, sas []string) *rbacv1.RoleBinding {
+	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: b.BindingName, Namespace: ns,
+			Name: cmp.Or(b.BindingName, DefaultBindingName), Namespace: ns,
 			Labels: map[string]string{ManagedByLabel: ManagedByValue},
 		},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.ClusterRole},
-		Subjects: []rbacv1.Subject{{
-			APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:" + ns,
-		}},
 	}
+	for _, sa := range sas {
+		rb.Subjects = append(rb.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns})
+	}
+	return rb
+}
+
+// serviceAccounts are the accounts the namespace's injected pods run as.
+// A pod the API server stored always has one (its ServiceAccount admission
+// sets "default" when the spec names none).
+func serviceAccounts(pods []*corev1.Pod) []string {
+	var sas []string
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue // terminating: its sidecar is on its way out
+		}
+		sas = append(sas, cmp.Or(p.Spec.ServiceAccountName, "default"))
+	}
+	slices.Sort(sas)
+	return slices.Compact(sas)
 }
 
 func (b *Binder) reconcile(ctx context.Context, ns string,
-	getNS func(string) (*corev1.Namespace, error), getRB func(string) (*rbacv1.RoleBinding, error)) error {
+	getNS func(string) (*corev1.Namespace, error),
+	listPods func(labels.Selector) ([]*corev1.Pod, error),
+	getRB func(string) (*rbacv1.RoleBinding, error)) error {
 	n, err := getNS(ns)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	want := err == nil && n.DeletionTimestamp == nil && n.Labels[NamespaceLabel] == NamespaceLabelValue
+	labelled := err == nil && n.DeletionTimestamp == nil && n.Labels[NamespaceLabel] == NamespaceLabelValue
+	var sas []string
+	if labelled {
+		pods, err := listPods(labels.Everything())
+		if err != nil {
+			return err
+		}
+		sas = serviceAccounts(pods)
+	}
+	want := len(sas) > 0
 	have, err := getRB(b.BindingName)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	api := b.Client.RbacV1().RoleBindings(ns)
+	d := b.Desired(ns, sas)
 	switch {
 	case want && have == nil:
-		_, err := api.Create(ctx, b.Desired(ns), metav1.CreateOptions{})
+		_, err := api.Create(ctx, d, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			return nil // another replica, or the informer is behind
+			return b.notOurs(ctx, ns)
 		}
 		if err == nil {
-			b.Log.Info("rbac: sidecar RoleBinding created", "namespace", ns)
+			b.Log.Info("rbac: sidecar RoleBinding created", "namespace", ns, "serviceAccounts", sas)
 		}
 		return err
 	case want:
-		d := b.Desired(ns)
 		if reflect.DeepEqual(have.RoleRef, d.RoleRef) && reflect.DeepEqual(have.Subjects, d.Subjects) {
 			return nil
 		}
@@ -181,8 +234,11 @@ func (b *Binder) reconcile(ctx context.Context, ns string,
 		}
 		up := have.DeepCopy()
 		up.Subjects = d.Subjects
-		_, err := api.Update(ctx, up, metav1.UpdateOptions{})
-		return err
+		if _, err := api.Update(ctx, up, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		b.Log.Info("rbac: sidecar RoleBinding updated", "namespace", ns, "serviceAccounts", sas)
+		return nil
 	case have != nil:
 		err := api.Delete(ctx, b.BindingName, metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {
@@ -192,6 +248,21 @@ func (b *Binder) reconcile(ctx context.Context, ns string,
 			b.Log.Info("rbac: sidecar RoleBinding removed", "namespace", ns)
 		}
 		return err
+	}
+	return nil
+}
+
+// notOurs handles a Create that found the name taken: by another replica
+// (or an informer that is behind), which the next event settles, or by a
+// RoleBinding someone else made, which is left alone.
+func (b *Binder) notOurs(ctx context.Context, ns string) error {
+	rb, err := b.Client.RbacV1().RoleBindings(ns).Get(ctx, b.BindingName, metav1.GetOptions{})
+	if err != nil {
+		return nil // gone again, or unreadable: the next event retries
+	}
+	if rb.Labels[ManagedByLabel] != ManagedByValue {
+		b.Log.Warn("rbac: a RoleBinding with the sidecar binding's name exists and is not managed by tether; leaving it alone",
+			"namespace", ns, "name", b.BindingName)
 	}
 	return nil
 }

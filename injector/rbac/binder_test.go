@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/tetherproxy/tether/injector/inject"
 	"github.com/tetherproxy/tether/injector/rbac"
 )
 
@@ -26,8 +28,35 @@ func ns(name string, labelled bool) *corev1.Namespace {
 	return n
 }
 
-func TestBinderFollowsTheLabel(t *testing.T) {
-	client := fake.NewClientset(ns("llm", true), ns("other", false))
+// pod is a stored pod running as service account sa; injected ones carry
+// the injector's label.
+func pod(ns, name, sa string, injected bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{ServiceAccountName: sa}}
+	if injected {
+		p.Labels = map[string]string{rbac.InjectedLabel: rbac.InjectedLabelValue}
+	}
+	return p
+}
+
+// The label the Binder selects on is the one the injector sets.
+func TestLabelsMatchTheInjector(t *testing.T) {
+	if rbac.InjectedLabel != inject.LabelInjected || rbac.NamespaceLabel != inject.NamespaceLabel ||
+		rbac.NamespaceLabelValue != inject.NamespaceLabelValue {
+		t.Fatal("rbac and inject disagree on label keys")
+	}
+}
+
+func TestBinderBindsTheRoutersServiceAccounts(t *testing.T) {
+	foreign := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "foreign", Name: rbac.DefaultBindingName},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "alice", APIGroup: rbacv1.GroupName}},
+	}
+	client := fake.NewClientset(
+		ns("llm", true), ns("other", false), ns("empty", true), ns("foreign", true),
+		pod("llm", "router-0", "router", true), pod("llm", "model-0", "default", false),
+		pod("other", "router-0", "router", true), pod("foreign", "router-0", "router", true),
+		foreign)
 	b := &rbac.Binder{Client: client, ClusterRole: "tether-sidecar", Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -46,38 +75,72 @@ func TestBinderFollowsTheLabel(t *testing.T) {
 		}
 		return rb
 	}
-	eventually(t, "binding in the labelled namespace", func() bool { return get("llm") != nil })
-	rb := get("llm")
-	if rb.RoleRef.Name != "tether-sidecar" || rb.RoleRef.Kind != "ClusterRole" ||
-		len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "Group" || rb.Subjects[0].Name != "system:serviceaccounts:llm" {
-		t.Fatalf("unexpected binding: %+v", rb)
+	subjects := func(n string, sas ...string) func() bool {
+		return func() bool {
+			rb := get(n)
+			if len(sas) == 0 {
+				return rb == nil
+			}
+			if rb == nil || rb.RoleRef.Name != "tether-sidecar" || rb.RoleRef.Kind != "ClusterRole" || rb.Labels[rbac.ManagedByLabel] != rbac.ManagedByValue {
+				return false
+			}
+			var want []rbacv1.Subject
+			for _, sa := range sas {
+				want = append(want, rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: n})
+			}
+			return reflect.DeepEqual(rb.Subjects, want)
+		}
 	}
-	if get("other") != nil {
-		t.Fatal("binding in an unlabelled namespace")
+	pods := client.CoreV1().Pods
+
+	// The router's own service account, not the namespace's group; not the
+	// model server's, which was not injected.
+	eventually(t, "the router's account bound in llm", subjects("llm", "router"))
+	if get("other") != nil || get("empty") != nil {
+		t.Fatal("binding in an unlabelled namespace, or in one without injected pods")
 	}
 
-	// Label "other": it gets one. Unlabel "llm": its binding goes.
+	// A second router with another account joins; the accounts follow the pods.
+	if _, err := pods("llm").Create(ctx, pod("llm", "canary-0", "router-canary", true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both accounts bound", subjects("llm", "router", "router-canary"))
+	if err := pods("llm").Delete(ctx, "router-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the gone router's account unbound", subjects("llm", "router-canary"))
+	if err := pods("llm").Delete(ctx, "canary-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no injected pod, no binding", subjects("llm"))
+
+	// Label "other": it gets one. Unlabel it: the binding goes.
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns("other", true), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Namespaces().Update(ctx, ns("llm", false), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "binding follows the label", func() bool { return get("other") != nil && get("llm") == nil })
+	eventually(t, "binding follows the label", subjects("other", "router"))
 
-	// A binding deleted by hand comes back.
+	// A binding deleted by hand comes back; subjects edited by hand are put back.
 	if err := client.RbacV1().RoleBindings("other").Delete(ctx, rbac.DefaultBindingName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "binding restored", func() bool { return get("other") != nil })
-
-	// Subjects edited by hand are put back.
+	eventually(t, "binding restored", subjects("other", "router"))
 	edited := get("other")
 	edited.Subjects = append(edited.Subjects, rbacv1.Subject{Kind: "User", Name: "mallory", APIGroup: rbacv1.GroupName})
 	if _, err := client.RbacV1().RoleBindings("other").Update(ctx, edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "subjects repaired", func() bool { rb := get("other"); return rb != nil && len(rb.Subjects) == 1 })
+	eventually(t, "subjects repaired", subjects("other", "router"))
+
+	if _, err := client.CoreV1().Namespaces().Update(ctx, ns("other", false), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "unlabelled: binding removed", subjects("other"))
+
+	// A RoleBinding of that name that tether does not manage is left alone.
+	if rb := get("foreign"); rb == nil || !reflect.DeepEqual(rb.Subjects, foreign.Subjects) || rb.RoleRef != foreign.RoleRef {
+		t.Fatalf("a RoleBinding tether does not own was changed: %+v", rb)
+	}
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

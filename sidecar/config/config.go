@@ -74,6 +74,11 @@ type GossipStore struct {
 	DNSName       string   `json:"dnsName,omitempty"`
 	SecretKeyFile string   `json:"secretKeyFile,omitempty"`
 	MaxEntries    int      `json:"maxEntries,omitempty"`
+	// Insecure runs the ring without SecretKeyFile (the key that encrypts
+	// and authenticates gossip; several keys, one per line, while one is
+	// rotated): plaintext, and anyone who can reach the gossip port can
+	// rewrite bindings. It must be set explicitly.
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // Gossip peer discovery modes.

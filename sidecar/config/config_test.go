@@ -85,11 +85,11 @@ func TestJSONInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, err := Parse([]byte(`{
-	  "listen": "127.0.0.1:15001", "admin": "127.0.0.1:15020",
+	  "listen": "127.0.0.1:17001", "admin": "127.0.0.1:17020",
 	  "store": {"backend": "memory", "memory": {"maxEntries": 1000000}},
 	  "jwt": {"hmacSecretFile": "/path/secret", "algorithms": ["HS256"], "issuer": "", "audience": ""},
 	  "pools": [{
-	    "name": "default/deepseek-r1", "listen": "127.0.0.1:15001", "models": [],
+	    "name": "default/deepseek-r1", "listen": "127.0.0.1:17001", "models": [],
 	    "sessionSticky": {"sessionAffinitySeconds": 300, "sources": [
 	      {"type": "Header", "name": "X-Session-ID"}, {"type": "Query", "name": "session_id"},
 	      {"type": "Cookie", "name": "session_sid"}, {"type": "JWTClaim", "name": "sub"}]},
@@ -134,7 +134,7 @@ func TestDefaults(t *testing.T) {
 
 	// A pool inherits the top-level listen; a store backend chosen without
 	// its block gets the block's defaults; PD pools get the prefill header.
-	c, err = Parse([]byte(doc("listen: 127.0.0.1:9000\nstore: {backend: gossip}",
+	c, err = Parse([]byte(doc("listen: 127.0.0.1:9000\nstore: {backend: gossip, gossip: {secretKeyFile: /k}}",
 		pool(`backends: {prefill: {selector: role=prefill, port: 8000}, decode: {selector: role=decode, port: 8000}}`))))
 	if err != nil {
 		t.Fatal(err)
@@ -228,6 +228,8 @@ func TestValidation(t *testing.T) {
 		{"gossip selector syntax", doc("store: {backend: gossip, gossip: {discovery: kubernetes, peerSelector: \"a in (\"}}"), `store.gossip.peerSelector: invalid label selector`},
 		{"gossip dns", doc("store: {backend: gossip, gossip: {discovery: dns}}"), `store.gossip.dnsName: required when discovery is dns`},
 		{"gossip maxEntries", doc("store: {backend: gossip, gossip: {maxEntries: -3}}"), `store.gossip.maxEntries: must be at least 1, got -3`},
+		{"gossip without a key", doc("store: {backend: gossip}"), `store.gossip.secretKeyFile: required: gossip is encrypted and authenticated with a shared key (a file holding 16, 24 or 32 bytes, raw or base64: openssl rand -base64 32 > gossip.key); set store.gossip.insecure: true to run a plaintext ring`},
+		{"gossip insecure with a key", doc("store: {backend: gossip, gossip: {secretKeyFile: /k, insecure: true}}"), `store.gossip.insecure: must not be true with secretKeyFile`},
 		{"jwt algorithms", doc("jwt: {hmacSecretFile: s}"), `jwt.algorithms: at least one algorithm is required`},
 		{"jwt none", doc("jwt: {hmacSecretFile: s, algorithms: [HS256, none]}"), `jwt.algorithms[1]: unsupported algorithm "none"`},
 		{"jwt algorithm case", doc("jwt: {hmacSecretFile: s, algorithms: [hs256]}"), `jwt.algorithms[0]: unsupported algorithm "hs256"`},
@@ -278,8 +280,8 @@ func TestValidation(t *testing.T) {
 		{"token key", doc("", pool("sessionToken: {}")), `pools[0].sessionToken.keyFile: required`},
 		{"Token without sessionToken", doc("", pool("sessionSticky: {sources: [{type: Token, name: x-session-token}]}")), `pools[0].sessionSticky.sources[0].type: a Token source needs the pool's sessionToken block`},
 		{"Token header name", doc("", pool("sessionSticky: {sources: [{type: Token, name: \"a b\"}]}", "sessionToken: {keyFile: k}")), `pools[0].sessionSticky.sources[0].name: "a b" is not a valid HTTP header name`},
-		{"shared listen needs models", doc("", pool("name: a"), pool("name: b", "models: [m]")), `pools[0].models: required when several pools share listen 127.0.0.1:15001`},
-		{"model served twice", doc("", pool("name: a", "models: [m1, m2]"), pool("name: b", "models: [m2]")), `pools[1].models: model "m2" is also served by pools[0] on listen 127.0.0.1:15001`},
+		{"shared listen needs models", doc("", pool("name: a"), pool("name: b", "models: [m]")), `pools[0].models: required when several pools share listen 127.0.0.1:17001`},
+		{"model served twice", doc("", pool("name: a", "models: [m1, m2]"), pool("name: b", "models: [m2]")), `pools[1].models: model "m2" is also served by pools[0] on listen 127.0.0.1:17001`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -379,5 +381,15 @@ func TestDurationJSON(t *testing.T) {
 	var p Proxy
 	if err := json.Unmarshal(b, &p); err != nil || p.FailTimeout.Duration != 1500*time.Millisecond {
 		t.Fatalf("Unmarshal = %+v, %v", p, err)
+	}
+}
+
+func TestGossipInsecure(t *testing.T) {
+	c, err := Parse([]byte(doc("store: {backend: gossip, gossip: {insecure: true}}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Store.Gossip.Insecure || c.Store.Gossip.SecretKeyFile != "" {
+		t.Fatalf("gossip = %+v", c.Store.Gossip)
 	}
 }

@@ -2,15 +2,26 @@ package config
 
 import "time"
 
+// Default ports. They stay clear of the ports service meshes take inside
+// the pod (Istio 15000-15090, Linkerd 4140, 4143, 4191; ports_test.go
+// checks them), of memberlist's usual 7946 (other memberlist rings, such
+// as Loki's or MetalLB's, use it) and of the ephemeral range (32768+),
+// so a sidecar next to istio-proxy or linkerd-proxy binds at once.
+const (
+	DefaultListenPort = 17001
+	DefaultAdminPort  = 17020
+	DefaultGossipPort = 17946
+)
+
 // Defaults, in one place. The README's configuration reference quotes them.
 const (
-	DefaultListen                 = "127.0.0.1:15001"
-	DefaultAdmin                  = "127.0.0.1:15020"
+	DefaultListen                 = "127.0.0.1:17001"
+	DefaultAdmin                  = "127.0.0.1:17020"
 	DefaultMaxEntries             = 1_000_000
 	DefaultSessionAffinitySeconds = 300
 	DefaultRedisTimeout           = 50 * time.Millisecond
 	DefaultRedisKeyPrefix         = "tether"
-	DefaultGossipBind             = "0.0.0.0:7946"
+	DefaultGossipBind             = "0.0.0.0:17946"
 	DefaultMaxRequestBodyBytes    = 32 << 20
 	DefaultMaxRequestHeaderBytes  = 64 << 10
 	DefaultFailTimeout            = 10 * time.Second

@@ -163,6 +163,14 @@ func (g *GossipStore) validate(e *errs) {
 	if g.MaxEntries < 1 {
 		e.add(f+".maxEntries", "must be at least 1, got %d", g.MaxEntries)
 	}
+	switch {
+	case g.SecretKeyFile == "" && !g.Insecure:
+		e.add(f+".secretKeyFile", "required: gossip is encrypted and authenticated with a shared key "+
+			"(a file holding 16, 24 or 32 bytes, raw or base64: openssl rand -base64 32 > gossip.key); "+
+			"set %s.insecure: true to run a plaintext ring that anyone on the network can write to", f)
+	case g.SecretKeyFile != "" && g.Insecure:
+		e.add(f+".insecure", "must not be true with secretKeyFile (the key makes the ring secure)")
+	}
 }
 
 // JWTAlgorithms are the signing algorithms a configuration may allow.

@@ -54,3 +54,7 @@ rules:
     resources: ["pods"]
     scope: Namespaced
 {{- end -}}
+
+{{/* The sidecar's default gossip port (injector/inject.GossipPort; a chart
+test keeps them equal). */}}
+{{- define "tether.gossipPort" -}}17946{{- end -}}

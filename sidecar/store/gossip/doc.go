@@ -62,10 +62,16 @@
 //
 // # Encryption
 //
-// With secretKeyFile set (a 16, 24 or 32-byte key, base64 or raw), every
-// packet and stream is AES-GCM encrypted and authenticated with memberlist's
-// keyring, and unencrypted or wrongly keyed traffic is refused both ways
-// (GossipVerifyIncoming and GossipVerifyOutgoing): a replica with another
-// key cannot join. Without a key, gossip is plaintext; it carries session
-// hashes and backend names, never a session key.
+// secretKeyFile (a 16, 24 or 32-byte key, base64 or raw) is required unless
+// the config says insecure: true. Every packet and stream is AES-GCM
+// encrypted and authenticated with memberlist's keyring, and unencrypted
+// or wrongly keyed traffic is refused both ways (GossipVerifyIncoming and
+// GossipVerifyOutgoing): a replica without the key cannot join, read or
+// write a binding. During a rotation the file holds several base64 keys,
+// one per line: the first encrypts, all decrypt, so replicas restarted one
+// at a time keep talking (add the new key second, then make it first, then
+// drop the old one). An insecure ring is plaintext (session hashes and
+// backend names, never a session key) and anyone who reaches the port can
+// write to it; it logs a warning at every start and sets
+// tether_gossip_insecure to 1.
 package gossip

@@ -146,7 +146,7 @@ func fastMemberlist(c *memberlist.Config) {
 type nodeOpt func(*config.GossipStore, *Options)
 
 func withKey(path string) nodeOpt {
-	return func(c *config.GossipStore, _ *Options) { c.SecretKeyFile = path }
+	return func(c *config.GossipStore, _ *Options) { c.SecretKeyFile, c.Insecure = path, false }
 }
 
 func testLogger() *slog.Logger {
@@ -169,7 +169,7 @@ func startNode(t testing.TB, tn *testNet, name string, join []string, opts ...no
 }
 
 func newNode(tn *testNet, name string, join []string, opts ...nodeOpt) (*Store, error) {
-	cfg := &config.GossipStore{Bind: "127.0.0.1:0", Discovery: config.PeersStatic, Join: join, MaxEntries: 2_000_000}
+	cfg := &config.GossipStore{Bind: "127.0.0.1:0", Discovery: config.PeersStatic, Join: join, MaxEntries: 2_000_000, Insecure: true}
 	o := Options{
 		NodeName:        name,
 		RefreshInterval: 100 * time.Millisecond,

@@ -72,7 +72,7 @@ func TestKubernetesDiscoveryNeedsClientAndNamespace(t *testing.T) {
 		"no namespace": {KubeClient: fake.NewClientset()},
 	} {
 		t.Setenv("POD_NAMESPACE", "")
-		cfg := &config.GossipStore{Bind: "127.0.0.1:0", Discovery: config.PeersKubernetes, PeerSelector: "app=router", MaxEntries: 10}
+		cfg := &config.GossipStore{Bind: "127.0.0.1:0", Discovery: config.PeersKubernetes, PeerSelector: "app=router", MaxEntries: 10, Insecure: true}
 		if s, err := New(context.Background(), cfg, o, nil, nil); err == nil {
 			_ = s.Close()
 			t.Errorf("%s: started", name)

@@ -16,8 +16,8 @@ type metrics struct {
 
 // newMetrics registers the store's metrics on reg (nil: unregistered, for
 // tests that run several stores in one process). members and bindings are
-// read at scrape time.
-func newMetrics(reg prometheus.Registerer, members, bindings, evicted func() float64) *metrics {
+// read at scrape time; insecure is a ring without a key.
+func newMetrics(reg prometheus.Registerer, insecure bool, members, bindings, evicted func() float64) *metrics {
 	const ns = "tether_gossip_"
 	m := &metrics{
 		msgsSent: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -57,7 +57,13 @@ func newMetrics(reg prometheus.Registerer, members, bindings, evicted func() flo
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.decodeErrors,
+	insecureGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: ns + "insecure", Help: "1 when the ring runs without a key (store.gossip.insecure: true): plaintext and unauthenticated.",
+	})
+	if insecure {
+		insecureGauge.Set(1)
+	}
+	reg.MustRegister(m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.decodeErrors, insecureGauge,
 		m.conflicts, m.chunks, m.transfers, m.dropped, m.expired, m.joins,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: ns + "members", Help: "Live members of the gossip ring, this replica included.",

@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options, reg prometh
 		repairs: make(chan repairSend, 256),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.met = newMetrics(reg,
+	s.met = newMetrics(reg, cfg.SecretKeyFile == "",
 		func() float64 { return float64(s.Members()) },
 		func() float64 { return float64(s.Len()) },
 		func() float64 { return float64(s.st.evicted.Load()) })
@@ -202,6 +202,10 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options, reg prometh
 	s.selfAddr = ml.LocalNode().Address()
 	log.Info("gossip store started", "member", s.name, "addr", s.selfAddr,
 		"discovery", cfg.Discovery, "encrypted", mc.EncryptionEnabled())
+	if !mc.EncryptionEnabled() {
+		log.Warn("gossip is neither encrypted nor authenticated (store.gossip.insecure: true): " +
+			"anyone who can reach the gossip port can read and rewrite session bindings; set store.gossip.secretKeyFile")
+	}
 
 	s.start(s.sendLoop, s.sweepLoop, s.xfer.loop, s.xfer.serve, s.xfer.serve, s.rejoinLoop)
 	return s, nil
@@ -235,11 +239,18 @@ func (s *Store) memberlistConfig(cfg *config.GossipStore) (*memberlist.Config, e
 	mc.Delegate = delegate{s}
 	mc.Events = delegate{s}
 	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = wireVersion, wireVersion, wireVersion
-	if cfg.SecretKeyFile != "" {
-		if mc.SecretKey, err = loadSecretKey(cfg.SecretKeyFile); err != nil {
+	switch {
+	case cfg.SecretKeyFile != "":
+		keys, err := loadKeys(cfg.SecretKeyFile)
+		if err != nil {
 			return nil, err
 		}
+		if mc.Keyring, err = memberlist.NewKeyring(keys, keys[0]); err != nil {
+			return nil, fmt.Errorf("store.gossip.secretKeyFile: %w", err)
+		}
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	case !cfg.Insecure:
+		return nil, errors.New("store.gossip.secretKeyFile: required (or store.gossip.insecure: true)")
 	}
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{host}, BindPort: port, Logger: mc.Logger,
