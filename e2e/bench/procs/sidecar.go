@@ -1,6 +1,8 @@
 package procs
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,8 +63,14 @@ func (e *Env) Sidecar(s Sidecar) (*Running, error) {
 		for i, j := range s.GossipJoin {
 			join[i] = fmt.Sprintf("%q", j)
 		}
-		store = fmt.Sprintf("{backend: gossip, gossip: {bind: %q, advertise: %q, join: [%s]}}",
-			r.Gossip, r.Gossip, strings.Join(join, ", "))
+		// Encrypted and authenticated, as tether's default requires: the
+		// bench measures the ring users run.
+		key, err := e.GossipKeyFile()
+		if err != nil {
+			return nil, err
+		}
+		store = fmt.Sprintf("{backend: gossip, gossip: {bind: %q, advertise: %q, join: [%s], secretKeyFile: %q}}",
+			r.Gossip, r.Gossip, strings.Join(join, ", "), key)
 	default:
 		return nil, fmt.Errorf("sidecar %s: unknown store %q", s.Name, s.Store)
 	}
@@ -87,4 +95,21 @@ pools:
 		return nil, err
 	}
 	return r, r.WaitHTTP("http://"+r.Admin+"/readyz", startTimeout)
+}
+
+// GossipKeyFile returns the env's gossip key file, writing a random
+// 32-byte key (base64, as `openssl rand -base64 32` writes it) the first
+// time, so every ring member of one env shares it.
+func (e *Env) GossipKeyFile() (string, error) {
+	path := filepath.Join(e.Dir, "gossip.key")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
 }

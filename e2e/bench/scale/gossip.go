@@ -2,9 +2,13 @@ package scale
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -33,14 +37,26 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startNode starts a replica that joins seed (none: a new ring).
-func startNode(name string, seed string, maxEntries int) (*node, error) {
+// writeRingKey writes a random 32-byte gossip key into dir: every ring
+// of the bench is encrypted and authenticated, as tether's default is.
+func writeRingKey(dir string) (string, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "gossip.key")
+	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
+}
+
+// startNode starts a replica that joins seed (none: a new ring), with
+// the ring key keyFile.
+func startNode(name, seed, keyFile string, maxEntries int) (*node, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	cfg := &config.GossipStore{Bind: fmt.Sprintf("127.0.0.1:%d", port), Advertise: "127.0.0.1",
-		Discovery: config.PeersStatic, MaxEntries: maxEntries}
+		Discovery: config.PeersStatic, MaxEntries: maxEntries, SecretKeyFile: keyFile}
 	if seed != "" {
 		cfg.Join = []string{seed}
 	}
@@ -53,7 +69,7 @@ func startNode(name string, seed string, maxEntries int) (*node, error) {
 
 // ring starts n replicas joined to the first and waits until every one
 // sees all n members and is synced.
-func ring(n int) ([]*node, error) {
+func ring(n int, keyFile string) ([]*node, error) {
 	var nodes []*node
 	closeAll := func() { closeNodes(nodes) }
 	for i := range n {
@@ -61,7 +77,7 @@ func ring(n int) ([]*node, error) {
 		if i > 0 {
 			seed = nodes[0].addr
 		}
-		s, err := startNode(fmt.Sprint("bench-", i), seed, 0)
+		s, err := startNode(fmt.Sprint("bench-", i), seed, keyFile, 0)
 		if err != nil {
 			closeAll()
 			return nil, err
@@ -132,9 +148,9 @@ func convergence(nodes []*node, samples int) ([]time.Duration, error) {
 // join starts a replica that joins holder (which has n bindings) and
 // returns how long until it is synced (its /readyz would turn ready) and
 // holds all n, checking a sample of them.
-func join(holder *node, n int) (time.Duration, error) {
+func join(holder *node, n int, keyFile string) (time.Duration, error) {
 	start := time.Now()
-	s, err := startNode("bench-joiner", holder.addr, 0)
+	s, err := startNode("bench-joiner", holder.addr, keyFile, 0)
 	if err != nil {
 		return 0, err
 	}

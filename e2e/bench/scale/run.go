@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"time"
 
@@ -76,7 +77,16 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	mem = nil
 
 	step(fmt.Sprintf("scale: gossip store, %d bindings, then a replica joins", largest))
-	holder, err := startNode("bench-holder", "", 2*largest)
+	keyDir, err := os.MkdirTemp("", "tether-bench-ring-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(keyDir)
+	keyFile, err := writeRingKey(keyDir)
+	if err != nil {
+		return nil, err
+	}
+	holder, err := startNode("bench-holder", "", keyFile, 2*largest)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +98,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		holder.Close()
 		return nil, err
 	}
-	res.Join, err = join(holder, largest)
+	res.Join, err = join(holder, largest, keyFile)
 	holder.Close()
 	if err != nil {
 		return nil, err
@@ -96,7 +106,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 
 	for _, n := range o.Rings {
 		step(fmt.Sprintf("scale: gossip convergence, %d nodes", n))
-		nodes, err := ring(n)
+		nodes, err := ring(n, keyFile)
 		if err != nil {
 			return nil, err
 		}
