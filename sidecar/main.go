@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/tetherproxy/tether/sidecar/buildinfo"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/kubeclient"
 	"github.com/tetherproxy/tether/sidecar/server"
@@ -32,8 +33,13 @@ func run() error {
 		kubeconfig = flag.String("kubeconfig", "", "kubeconfig file; default: in-cluster config (only used by kubernetes discovery)")
 		logLevel   = flag.String("log-level", "info", "debug, info, warn or error")
 		check      = flag.Bool("check", false, "validate the config and exit")
+		version    = flag.Bool("version", false, "print the version and exit")
 	)
 	flag.Parse()
+	if *version {
+		fmt.Println("tether-sidecar", buildinfo.Get())
+		return nil
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
