@@ -95,7 +95,9 @@ vet:
 unit: deps
 	$(GO) test -race -count=1 ./...
 
-test: vet unit e2e
+# images before unit: its cold cross-compiles (two platforms) run here,
+# outside go test's timeout, and the images test then only links.
+test: vet images unit e2e
 
 # End-to-end suite on a real kube-apiserver + etcd built from Go modules;
 # tether-sidecar and tether-injector run from their images' filesystems.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -225,8 +226,16 @@ func TestDefaults(t *testing.T) {
 	}
 	cfg := checkArgs(t, c.Args)
 	if !cfg.SelfManaged || cfg.WebhookConfig != "tether-injector" || cfg.ServiceName != "tether-injector" ||
-		!cfg.NativeSidecar || cfg.SidecarClusterRole != "tether-sidecar" || cfg.SidecarImage != "ghcr.io/tetherproxy/tether-sidecar:0.1.0" {
+		!cfg.NativeSidecar || cfg.SidecarClusterRole != "tether-sidecar" {
 		t.Errorf("injector configuration from the chart: %+v", cfg)
+	}
+	// The default image tag is the chart's appVersion: a release tag.
+	app := appVersion(t)
+	if want := "ghcr.io/tetherproxy/tether-sidecar:" + app; cfg.SidecarImage != want {
+		t.Errorf("sidecar image %q, want %q", cfg.SidecarImage, want)
+	}
+	if want := "ghcr.io/tetherproxy/tether-injector:" + app; c.Image != want {
+		t.Errorf("injector image %q, want %q", c.Image, want)
 	}
 	if _, ok := o.secrets["tether-injector-tls"]; !ok {
 		t.Error("no Secret for the self-managed certificates")
@@ -289,6 +298,27 @@ func TestDefaults(t *testing.T) {
 	if r := o.roles["tether-injector"]; r == nil || !hasRule(r.Rules, "secrets", "update", "tether-injector-tls") {
 		t.Errorf("injector Role: %+v", r)
 	}
+}
+
+// appVersion is Chart.yaml's appVersion, which must be a release tag
+// (vX.Y.Z): what `git describe` prints on the release commit, hence the
+// tag make images and make push give that commit's images.
+func appVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(c.AppVersion) {
+		t.Fatalf("appVersion %q is not a release tag (vX.Y.Z)", c.AppVersion)
+	}
+	return c.AppVersion
 }
 
 func hasRule(rules []rbacv1.PolicyRule, resource, verb, name string) bool {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	gobuildinfo "debug/buildinfo"
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
@@ -36,10 +37,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tetherproxy/tether/e2e/tools/imagebuild/images"
 	"github.com/tetherproxy/tether/injector/inject"
+	sidecarbuildinfo "github.com/tetherproxy/tether/sidecar/buildinfo"
 )
 
 // The inputs of the build under test, as the Makefile would pass them.
@@ -242,6 +243,7 @@ func TestImageContents(t *testing.T) {
 						bin, f.hdr.Typeflag, f.hdr.Mode, f.hdr.Uid, f.hdr.Gid, f.hdr.ModTime, created)
 				}
 				checkStaticELF(t, f.data, p)
+				checkGoBuild(t, r.Name, f.data, p)
 			})
 		}
 	}
@@ -298,6 +300,38 @@ func checkStaticELF(t *testing.T, b []byte, p images.Platform) {
 	}
 }
 
+// checkGoBuild reads the Go build information of the binary: built
+// with the flags the images promise, and the sidecar carries fallback CA
+// roots (the image has no CA bundle; Redis over TLS needs them).
+func checkGoBuild(t *testing.T, name string, b []byte, p images.Platform) {
+	t.Helper()
+	bi, err := gobuildinfo.Read(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("no Go build information: %v", err)
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	for k, v := range map[string]string{"CGO_ENABLED": "0", "-trimpath": "true", "GOOS": p.OS, "GOARCH": p.Architecture} {
+		if settings[k] != v {
+			t.Errorf("built with %s=%q, want %q", k, settings[k], v)
+		}
+	}
+	if ld := settings["-ldflags"]; !strings.Contains(ld, "-s -w") || !strings.Contains(ld, ".version="+version) {
+		t.Errorf("-ldflags %q: want stripped (-s -w) and the version stamped", ld)
+	}
+	if name != "tether-sidecar" {
+		return
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "golang.org/x/crypto/x509roots/fallback" {
+			return
+		}
+	}
+	t.Error("the sidecar does not carry golang.org/x/crypto/x509roots/fallback: Redis TLS cannot verify a server in an image without CA certificates")
+}
+
 // hostRootfs unpacks the host platform's image of every result, once.
 var (
 	unpackOnce sync.Once
@@ -338,7 +372,7 @@ func hostRootfs(t *testing.T) map[string]string {
 
 // TestRunFromImage runs the binaries from the host platform's unpacked
 // image: --version names the stamped build, and --check accepts the
-// config the injector renders for the example router.
+// config the injector renders for the README's router.
 func TestRunFromImage(t *testing.T) {
 	fs := hostRootfs(t)
 	for _, n := range []string{"tether-sidecar", "tether-injector"} {
@@ -426,35 +460,44 @@ pools:
 }
 
 // injectedRouter is the sidecar container the injector renders for the
-// example router (manifests/examples/router.yaml, the README's router).
+// README's router: a Deployment "router" in a labelled namespace "llm",
+// annotated by the `kubectl patch` of "Install on a cluster".
 func injectedRouter(t *testing.T) corev1.Container {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(moduleRoot(), "manifests", "examples", "router.yaml"))
+	b, err := os.ReadFile(filepath.Join(moduleRoot(), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var d appsv1.Deployment
-		if err := yaml.Unmarshal([]byte(doc), &d); err != nil || d.Kind != "Deployment" {
-			continue
-		}
-		inj, err := inject.New(inject.Options{Image: repository + "/tether-sidecar:" + version})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
-		pod.Namespace, pod.GenerateName = d.Namespace, d.Name+"-"
-		res, err := inj.Inject(pod, inject.Request{Namespace: d.Namespace, NamespaceSelected: true})
-		if err != nil || res.Pod == nil {
-			t.Fatalf("the example router is not injected: %v (%s)", err, res.Skip)
-		}
-		for _, c := range append(res.Pod.Spec.InitContainers, res.Pod.Spec.Containers...) {
-			if c.Name == inject.ContainerName {
-				return c
-			}
+	_, sec, _ := strings.Cut(string(b), "\n## Install on a cluster\n")
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	var patch string
+	for _, l := range strings.Split(sec, "\n") {
+		if strings.HasPrefix(l, "kubectl -n llm patch deployment router ") {
+			_, patch, _ = strings.Cut(l, " -p '")
+			patch = strings.TrimSuffix(patch, "'")
 		}
 	}
-	t.Fatal("no injected sidecar for the example router")
+	var d appsv1.Deployment
+	if err := json.Unmarshal([]byte(patch), &d); err != nil || len(d.Spec.Template.Annotations) == 0 {
+		t.Fatalf("no `kubectl -n llm patch deployment router … -p '{…}'` with annotations in the README's install section: %v (%q)", err, patch)
+	}
+	inj, err := inject.New(inject.Options{Image: repository + "/tether-sidecar:" + version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "router", Image: "router"}}}}
+	pod.Namespace, pod.GenerateName = "llm", "router-5d8f7c9b4-"
+	pod.Labels = map[string]string{"app": "router", "pod-template-hash": "5d8f7c9b4"}
+	res, err := inj.Inject(pod, inject.Request{Namespace: "llm", NamespaceSelected: true})
+	if err != nil || res.Pod == nil {
+		t.Fatalf("the README's router is not injected: %v (%s)", err, res.Skip)
+	}
+	for _, c := range append(res.Pod.Spec.InitContainers, res.Pod.Spec.Containers...) {
+		if c.Name == inject.ContainerName {
+			return c
+		}
+	}
+	t.Fatal("no injected sidecar for the README's router")
 	return corev1.Container{}
 }
 
@@ -564,4 +607,33 @@ func fileSum(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestDockerfile: the Dockerfile, which CI cannot build, makes images of
+// the same shape as make images: the same binary paths, entrypoints,
+// user, labels and build flags.
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot(), "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	want := []string{
+		"CGO_ENABLED=0", "go build -trimpath", `-ldflags "-s -w ` + sidecarbuildinfo.LDFlags("$VERSION", "$REVISION") + `"`,
+		"USER " + images.User,
+	}
+	for _, l := range slices.Sorted(maps.Keys(wantLabels)) {
+		want = append(want, l+"=")
+	}
+	for _, s := range specs {
+		want = append(want,
+			"FROM scratch AS "+s.Name,
+			fmt.Sprintf("COPY --from=build /out/%s /%s", filepath.Base(s.Package), s.Name),
+			fmt.Sprintf(`ENTRYPOINT ["/%s"]`, s.Name))
+	}
+	for _, w := range want {
+		if !strings.Contains(df, w) {
+			t.Errorf("the Dockerfile lacks %q", w)
+		}
+	}
 }
