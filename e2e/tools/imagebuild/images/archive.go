@@ -151,6 +151,10 @@ func tarDir(dir, path string, mtime time.Time) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
 	tw := tar.NewWriter(tmp)
 	for _, n := range names {
 		if err := addFile(tw, filepath.Join(dir, filepath.FromSlash(n)), n, mtime); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -13,12 +14,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sync/errgroup"
 )
 
 // assemble makes the image index of one Spec from its per-platform
 // binaries: each image is the binary alone (no shell, no libc, nothing
 // else), run as User, with the OCI labels; the index carries the labels
-// as annotations too.
+// as annotations too. The platforms' layers are compressed in parallel.
 func assemble(s Spec, o Options, bins map[Platform]string) (v1.ImageIndex, error) {
 	labels := map[string]string{
 		LabelVersion:  o.Version,
@@ -26,14 +28,29 @@ func assemble(s Spec, o Options, bins map[Platform]string) (v1.ImageIndex, error
 		LabelSource:   o.Source,
 		LabelCreated:  o.Created.Format(time.RFC3339),
 	}
+	imgs := make([]v1.Image, len(o.Platforms))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, p := range o.Platforms {
+		g.Go(func() error {
+			img, err := platformImage(s.Name, bins[p], p, labels, o.Created)
+			if err == nil {
+				_, err = img.Digest() // compresses the layer, here in parallel
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			imgs[i] = img
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	var adds []mutate.IndexAddendum
-	for _, p := range o.Platforms {
-		img, err := platformImage(s.Name, bins[p], p, labels, o.Created)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
+	for i, p := range o.Platforms {
 		adds = append(adds, mutate.IndexAddendum{
-			Add:        img,
+			Add:        imgs[i],
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: p.OS, Architecture: p.Architecture}},
 		})
 	}

@@ -35,6 +35,7 @@ func compile(ctx context.Context, o Options, work string) (map[string]map[Platfo
 		cmd := exec.CommandContext(ctx, o.Go, args...)
 		cmd.Dir = o.ModuleDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+		dieWithParent(cmd)
 		o.Log.Info("compiling", "platform", p.String(), "packages", strings.Join(args[6:], " "))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("go build for %s: %v\n%s", p, err, out)

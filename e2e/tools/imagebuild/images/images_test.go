@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	gobuildinfo "debug/buildinfo"
@@ -22,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +32,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -55,20 +56,16 @@ var created = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 var specs = []images.Spec{{Name: "tether-sidecar", Package: "./sidecar"}, {Name: "tether-injector", Package: "./injector"}}
 
-func options(out string) images.Options {
-	return images.Options{
-		ModuleDir: moduleRoot(), OutDir: out, Images: specs, Repository: repository,
-		Version: version, Revision: revision, Created: created, Source: source,
-	}
-}
-
 // The images are built once per test run (cross-compiling two binaries
-// for two platforms is the slow part) and shared by the tests.
+// for two platforms is the slow part) and shared by the tests. They are
+// built the way make images builds them: by the imagebuild command, in its
+// own process, so the compression is not slowed down by -race.
 var (
 	buildOnce sync.Once
 	built     map[string]images.Result
 	buildErr  error
 	workDir   string
+	tool      string
 )
 
 func TestMain(m *testing.M) {
@@ -85,23 +82,50 @@ func results(t *testing.T) map[string]images.Result {
 		if workDir, buildErr = os.MkdirTemp("", "imagebuild-test-"); buildErr != nil {
 			return
 		}
-		out := filepath.Join(workDir, "first")
-		if buildErr = os.Mkdir(out, 0o755); buildErr != nil {
+		tool = filepath.Join(workDir, "imagebuild")
+		cmd := exec.Command("go", "build", "-o", tool, "./e2e/tools/imagebuild")
+		cmd.Dir = moduleRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build imagebuild: %v\n%s", err, out)
 			return
 		}
 		start := time.Now()
-		var rs []images.Result
-		rs, buildErr = images.Build(context.Background(), options(out))
+		built, buildErr = buildImages(filepath.Join(workDir, "first"))
 		log.Printf("images built in %v", time.Since(start).Round(time.Millisecond))
-		built = map[string]images.Result{}
-		for _, r := range rs {
-			built[r.Name] = r
-		}
 	})
 	if buildErr != nil {
 		t.Fatalf("build: %v", buildErr)
 	}
 	return built
+}
+
+// buildImages runs `imagebuild build` as the Makefile does, into out (and
+// the host platform's filesystems into out/rootfs), and reads the results.
+func buildImages(out string) (map[string]images.Result, error) {
+	args := []string{"build", "-module", moduleRoot(), "-out", out, "-rootfs", filepath.Join(out, "rootfs"),
+		"-version", version, "-revision", revision, "-created", strconv.FormatInt(created.Unix(), 10),
+		"-repository", repository, "-source", source}
+	for _, s := range specs {
+		args = append(args, s.Name+"="+s.Package)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(tool, args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("imagebuild %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	rs := map[string]images.Result{}
+	for _, s := range specs {
+		r := images.Result{Name: s.Name, Path: filepath.Join(out, s.Name+".tar")}
+		a, err := images.ReadArchive(r.Path)
+		if err != nil {
+			return nil, err
+		}
+		r.Ref, r.Digest = a.Ref, a.Entry.Digest
+		a.Close()
+		rs[s.Name] = r
+	}
+	return rs, nil
 }
 
 func moduleRoot() string {
@@ -148,8 +172,9 @@ func TestArchive(t *testing.T) {
 			if a.Entry.Digest != r.Digest || a.Entry.MediaType != types.OCIImageIndex {
 				t.Errorf("index.json entry %s %s, want %s %s", a.Entry.MediaType, a.Entry.Digest, types.OCIImageIndex, r.Digest)
 			}
-			// Every digest, size and diff ID checks out.
-			if err := validate.Index(a.Index); err != nil {
+			// Manifests, configs, digests and sizes check out (layer
+			// contents are verified, once, by imageFiles).
+			if err := validate.Index(a.Index, validate.Fast); err != nil {
 				t.Fatalf("invalid index: %v", err)
 			}
 			im, err := a.Index.IndexManifest()
@@ -203,7 +228,7 @@ func TestArchive(t *testing.T) {
 			if err != nil {
 				t.Fatalf("not a docker-loadable tarball: %v", err)
 			}
-			if err := validate.Image(dimg); err != nil {
+			if err := validate.Image(dimg, validate.Fast); err != nil {
 				t.Fatalf("the docker view of the tarball: %v", err)
 			}
 		})
@@ -233,7 +258,7 @@ func TestImageContents(t *testing.T) {
 				if c := cf.Config; !slices.Equal(c.Entrypoint, []string{bin}) || len(c.Cmd) != 0 || c.User != "65532:65532" || !maps.Equal(c.Labels, wantLabels) {
 					t.Errorf("config: entrypoint %q cmd %q user %q labels %v; want [%s], none, 65532:65532, %v", c.Entrypoint, c.Cmd, c.User, c.Labels, bin, wantLabels)
 				}
-				files := filesystem(t, img)
+				files := imageFiles(t, r, p)
 				if names := slices.Sorted(maps.Keys(files)); !slices.Equal(names, []string{r.Name}) {
 					t.Fatalf("image files %v, want only %s (no shell, nothing else)", names, r.Name)
 				}
@@ -254,31 +279,72 @@ type file struct {
 	data []byte
 }
 
-// filesystem reads the image's flattened filesystem.
-func filesystem(t *testing.T, img v1.Image) map[string]file {
+var filesCache sync.Map // "<image> <platform>" → map[string]file
+
+// imageFiles is the flattened filesystem of r's image for p, read once
+// per test run; reading it verifies the layer against its digest (the
+// compressed bytes) and diff ID (the tar).
+func imageFiles(t *testing.T, r images.Result, p images.Platform) map[string]file {
 	t.Helper()
+	key := r.Name + " " + p.String()
+	if f, ok := filesCache.Load(key); ok {
+		return f.(map[string]file)
+	}
+	a := open(t, r)
+	img, err := a.Image(p)
+	if err != nil {
+		t.Fatal(err)
+	}
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
 		t.Fatalf("layers: %d, %v; want one", len(layers), err)
 	}
-	rc := mutate.Extract(img)
+	l := layers[0]
+	rc, err := l.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer rc.Close()
+	zsum, tsum := sha256.New(), sha256.New()
+	zr, err := gzip.NewReader(io.TeeReader(rc, zsum))
+	if err != nil {
+		t.Fatal(err)
+	}
 	files := map[string]file{}
-	tr := tar.NewReader(rc)
+	tr := tar.NewReader(io.TeeReader(zr, tsum))
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return files
+			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
+		b := make([]byte, hdr.Size)
+		if _, err := io.ReadFull(tr, b); err != nil {
 			t.Fatal(err)
 		}
 		files[strings.TrimPrefix(hdr.Name, "/")] = file{hdr, b}
 	}
+	io.Copy(io.Discard, zr) // the tar's padding, for the diff ID
+	io.Copy(io.Discard, rc)
+	// What the manifest and the config say, not what ggcr would compute.
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil || len(cf.RootFS.DiffIDs) != 1 {
+		t.Fatalf("config: %v, diff IDs %v", err, cf.RootFS.DiffIDs)
+	}
+	if got, want := hex.EncodeToString(zsum.Sum(nil)), m.Layers[0].Digest.Hex; got != want {
+		t.Fatalf("layer sha256 %s, the manifest says %s", got, want)
+	}
+	if got, want := hex.EncodeToString(tsum.Sum(nil)), cf.RootFS.DiffIDs[0].Hex; got != want {
+		t.Fatalf("layer tar sha256 %s, the config's diff ID says %s", got, want)
+	}
+	filesCache.Store(key, files)
+	return files
 }
 
 // checkStaticELF: an executable for the platform, with no interpreter and
@@ -333,42 +399,19 @@ func checkGoBuild(t *testing.T, name string, b []byte, p images.Platform) {
 	t.Error("the sidecar does not carry golang.org/x/crypto/x509roots/fallback: Redis TLS cannot verify a server in an image without CA certificates")
 }
 
-// hostRootfs unpacks the host platform's image of every result, once.
-var (
-	unpackOnce sync.Once
-	rootfs     map[string]string
-	unpackErr  error
-)
-
+// hostRootfs is where the build unpacked each image's host platform
+// filesystem (imagebuild build -rootfs, as make images does).
 func hostRootfs(t *testing.T) map[string]string {
 	t.Helper()
-	rs := results(t)
-	unpackOnce.Do(func() {
-		rootfs = map[string]string{}
-		host := images.Platform{OS: "linux", Architecture: runtime.GOARCH}
-		for _, r := range rs {
-			a, err := images.ReadArchive(r.Path)
-			if err != nil {
-				unpackErr = err
-				return
-			}
-			img, err := a.Image(host)
-			if err == nil {
-				dir := filepath.Join(workDir, "rootfs", r.Name)
-				err = images.Unpack(img, dir)
-				rootfs[r.Name] = dir
-			}
-			a.Close()
-			if err != nil {
-				unpackErr = fmt.Errorf("%s for %s (the host): %w", r.Name, host, err)
-				return
-			}
+	results(t)
+	fs := map[string]string{}
+	for _, s := range specs {
+		fs[s.Name] = filepath.Join(workDir, "first", "rootfs", s.Name)
+		if _, err := os.Stat(filepath.Join(fs[s.Name], s.Name)); err != nil {
+			t.Fatalf("the host platform's %s was not unpacked: %v", s.Name, err)
 		}
-	})
-	if unpackErr != nil {
-		t.Fatal(unpackErr)
 	}
-	return rootfs
+	return fs
 }
 
 // TestRunFromImage runs the binaries from the host platform's unpacked
@@ -510,13 +553,8 @@ func TestInjectedCommandInImage(t *testing.T) {
 	if len(c.Command) == 0 {
 		t.Fatal("the injector renders no command")
 	}
-	a := open(t, results(t)["tether-sidecar"])
 	for _, p := range images.DefaultPlatforms {
-		img, err := a.Image(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files := filesystem(t, img)
+		files := imageFiles(t, results(t)["tether-sidecar"], p)
 		f, ok := files[strings.TrimPrefix(c.Command[0], "/")]
 		if !ok || f.hdr.Mode&0o111 == 0 {
 			t.Errorf("%s: the injected command %q is not an executable of the image (files: %v)", p, c.Command[0], slices.Collect(maps.Keys(files)))
@@ -578,20 +616,16 @@ func TestPushPull(t *testing.T) {
 // assembling) gives the same digests and byte-identical tarballs.
 func TestReproducible(t *testing.T) {
 	first := results(t)
-	out := filepath.Join(workDir, "second")
-	if err := os.Mkdir(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	second, err := images.Build(context.Background(), options(out))
+	second, err := buildImages(filepath.Join(workDir, "second"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range second {
-		if r.Digest != first[r.Name].Digest {
-			t.Errorf("%s: digest %s, first build %s", r.Name, r.Digest, first[r.Name].Digest)
+	for n, r := range second {
+		if r.Digest != first[n].Digest {
+			t.Errorf("%s: digest %s, first build %s", n, r.Digest, first[n].Digest)
 		}
-		if a, b := fileSum(t, r.Path), fileSum(t, first[r.Name].Path); a != b {
-			t.Errorf("%s: tarball sha256 %s, first build %s", r.Name, a, b)
+		if a, b := fileSum(t, r.Path), fileSum(t, first[n].Path); a != b {
+			t.Errorf("%s: tarball sha256 %s, first build %s", n, a, b)
 		}
 	}
 }
