@@ -35,7 +35,7 @@ HELM_VERSION ?= v3.22.0
 HELM         := $(TOOLS)/helm-$(HELM_VERSION)/helm
 export TETHER_HELM := $(HELM)
 
-.PHONY: all build images push version run test unit e2e fmt vet deps deps-redis helm kube-tools bench bench-affinity fuzz clean
+.PHONY: all build images push push-registry version run test unit e2e fmt vet deps deps-redis helm kube-tools bench bench-affinity fuzz clean
 
 all: build
 
@@ -57,9 +57,11 @@ images:
 
 # make push REGISTRY=host/path: the images to REGISTRY/<name>:$(VERSION),
 # with the credentials of docker login / credential helpers.
-push: images
-	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=host/path (pushes REGISTRY/<image>:$(VERSION))" >&2; exit 2; }
+push: push-registry images
 	$(IMAGEBUILD) push -registry $(REGISTRY) -tag $(VERSION) $(foreach n,$(IMAGE_NAMES),$(BIN)/images/$(n).tar)
+
+push-registry:
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=host/path (pushes REGISTRY/<image>:$(VERSION))" >&2; exit 2; }
 
 # The version make build, make images and make push stamp and tag.
 version:
