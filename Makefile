@@ -9,19 +9,63 @@ BIN        := $(CURDIR)/bin
 TOOLS      ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tether
 export TETHER_TOOLS := $(TOOLS)
 
+# The version stamped into both binaries (--version, tether_build_info)
+# and the images' tag: `git describe --tags --always --dirty`. On a release
+# tag that is the tag (v0.1.0, which is also the chart's appVersion and so
+# its default image tag); after it v0.1.0-3-g1a2b3c4; with no tag at all
+# the abbreviated commit (1a2b3c4); "-dirty" marks uncommitted changes.
+# `make VERSION=v0.1.0-rc.1 images` overrides it.
+VERSION    := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION   := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The images' creation time (and their files' mtime): the commit's time,
+# so the same commit gives the same image digests.
+CREATED    := $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),$(shell date +%s))
+BUILDINFO  := github.com/tetherproxy/tether/sidecar/buildinfo
+LDFLAGS    := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION)
+
+# Images: NAME=PACKAGE; the name is the image's and its binary's (/NAME).
+IMAGES      := tether-sidecar=./sidecar tether-injector=./injector
+IMAGE_NAMES := $(foreach i,$(IMAGES),$(firstword $(subst =, ,$(i))))
+# Repository prefix of the names recorded in the tarballs (what docker load
+# and kind load image-archive call them); the chart's default.
+IMAGE_REPO  ?= ghcr.io/tetherproxy
+IMAGEBUILD  := $(GO) run ./e2e/tools/imagebuild
+
 HELM_VERSION ?= v3.22.0
 HELM         := $(TOOLS)/helm-$(HELM_VERSION)/helm
 export TETHER_HELM := $(HELM)
 
-.PHONY: all build run test unit e2e fmt vet deps deps-redis deps-bench helm kube-tools bench bench-quick bench-hop bench-go bench-affinity fuzz clean
+.PHONY: all build images push push-registry version run test unit e2e fmt vet deps deps-redis deps-bench helm kube-tools bench bench-quick bench-hop bench-go bench-affinity fuzz clean
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/tether-sidecar ./sidecar
-	$(GO) build -o $(BIN)/modelsim ./e2e/modelsim
-	@if [ -f injector/main.go ]; then $(GO) build -o $(BIN)/tether-injector ./injector; fi
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/tether-sidecar ./sidecar
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/modelsim ./e2e/modelsim
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/tether-injector ./injector
+
+# Both images as OCI image tarballs, bin/images/<name>.tar (linux/amd64 and
+# linux/arm64 in one index; docker load, kind load image-archive), built by
+# go-containerregistry without a Docker daemon or a base image, and the
+# host platform's image filesystem unpacked in bin/images/rootfs/<name>/
+# (the e2e suite runs the binaries from there).
+images:
+	@mkdir -p $(BIN)/images
+	$(IMAGEBUILD) build -out $(BIN)/images -rootfs $(BIN)/images/rootfs \
+	  -version $(VERSION) -revision $(REVISION) -created $(CREATED) -repository $(IMAGE_REPO) $(IMAGES)
+
+# make push REGISTRY=host/path: the images to REGISTRY/<name>:$(VERSION),
+# with the credentials of docker login / credential helpers.
+push: push-registry images
+	$(IMAGEBUILD) push -registry $(REGISTRY) -tag $(VERSION) $(foreach n,$(IMAGE_NAMES),$(BIN)/images/$(n).tar)
+
+push-registry:
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=host/path (pushes REGISTRY/<image>:$(VERSION))" >&2; exit 2; }
+
+# The version make build, make images and make push stamp and tag.
+version:
+	@echo $(VERSION)
 
 # The main job on an embedded default: three modelsim backends and one
 # sidecar with the memory store on loopback, until Ctrl-C.
@@ -60,10 +104,13 @@ vet:
 unit: deps
 	$(GO) test -race -count=1 ./...
 
-test: vet unit e2e
+# images before unit: its cold cross-compiles (two platforms) run here,
+# outside go test's timeout, and the images test then only links.
+test: vet images unit e2e
 
-# End-to-end suite on a real kube-apiserver + etcd built from Go modules.
-e2e: build kube-tools helm
+# End-to-end suite on a real kube-apiserver + etcd built from Go modules;
+# tether-sidecar and tether-injector run from their images' filesystems.
+e2e: build images kube-tools helm
 	@bash e2e/tools/e2e.sh
 
 kube-tools:

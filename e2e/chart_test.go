@@ -152,12 +152,13 @@ type injector struct {
 	admin   string
 }
 
-// startInjector runs bin/tether-injector with the arguments of the chart's
-// Deployment, authenticated as the chart's service account (so it has
-// exactly the chart's RBAC), listening on loopback, with 127.0.0.1 in its
-// self-managed serving certificate for a URL client config. It waits for
-// /readyz: a serving certificate stored in the chart's Secret. webhook is
-// its TLS address (host:port on 127.0.0.1).
+// startInjector runs tether-injector (from its image: cluster.Binary)
+// with the arguments of the chart's Deployment, authenticated as the
+// chart's service account (so it has exactly the chart's RBAC), listening
+// on loopback, with 127.0.0.1 in its self-managed serving certificate for
+// a URL client config. It waits for /readyz: a serving certificate stored
+// in the chart's Secret. webhook is its TLS address (host:port on
+// 127.0.0.1).
 func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured, webhook string) *injector {
 	t.Helper()
 	var d appsv1.Deployment

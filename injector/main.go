@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tetherproxy/tether/injector/app"
+	"github.com/tetherproxy/tether/sidecar/buildinfo"
 )
 
 func main() {
@@ -30,7 +31,7 @@ func run() error {
 	version := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *version {
-		fmt.Println(app.Version)
+		fmt.Println("tether-injector", buildinfo.Get())
 		return nil
 	}
 	var level slog.Level

@@ -15,6 +15,12 @@ import (
 	"syscall"
 	"time"
 
+	// The sidecar's image holds nothing but the binary: no CA bundle.
+	// These roots are used only when the system has none, so a Redis
+	// with TLS (store.redis.tls) verifies against the public CAs there.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
+	"github.com/tetherproxy/tether/sidecar/buildinfo"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/kubeclient"
 	"github.com/tetherproxy/tether/sidecar/server"
@@ -34,8 +40,13 @@ func run() error {
 		logLevel   = flag.String("log-level", "info", "debug, info, warn or error")
 		check      = flag.Bool("check", false, "validate the config and exit")
 		sleep      = flag.Duration("sleep", 0, "sleep this long, then exit 0, and do nothing else: the preStop hook of a plain-container sidecar (the image has no shell)")
+		version    = flag.Bool("version", false, "print the version and exit")
 	)
 	flag.Parse()
+	if *version {
+		fmt.Println("tether-sidecar", buildinfo.Get())
+		return nil
+	}
 	if *sleep > 0 {
 		time.Sleep(*sleep)
 		return nil

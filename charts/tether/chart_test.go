@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -245,9 +246,16 @@ func TestDefaults(t *testing.T) {
 	cfg := checkArgs(t, c.Args)
 	if !cfg.SelfManaged || cfg.WebhookConfig != "tether-injector" || cfg.ServiceName != "tether-injector" ||
 		!cfg.NativeSidecar || cfg.SidecarClusterRole != "tether-sidecar" || cfg.SidecarRoleBinding != "tether-sidecar" ||
-		cfg.SidecarImage != "ghcr.io/tetherproxy/tether-sidecar:0.1.0" ||
 		cfg.GossipKeySecret != "tether-gossip-key" || cfg.PreStopSleep != 15*time.Second || cfg.RedisTLS {
 		t.Errorf("injector configuration from the chart: %+v", cfg)
+	}
+	// The default image tag is the chart's appVersion: a release tag.
+	app := appVersion(t)
+	if want := "ghcr.io/tetherproxy/tether-sidecar:" + app; cfg.SidecarImage != want {
+		t.Errorf("sidecar image %q, want %q", cfg.SidecarImage, want)
+	}
+	if want := "ghcr.io/tetherproxy/tether-injector:" + app; c.Image != want {
+		t.Errorf("injector image %q, want %q", c.Image, want)
 	}
 	if len(o.netpols) != 0 || len(o.secrets) != 1 {
 		t.Errorf("gossip objects rendered without sidecar.gossip.namespaces: %d NetworkPolicies, %d Secrets", len(o.netpols), len(o.secrets))
@@ -339,6 +347,27 @@ func TestDefaults(t *testing.T) {
 	if r := o.roles["tether-injector"]; r == nil || !hasRule(r.Rules, "secrets", "update", "tether-injector-tls") {
 		t.Errorf("injector Role: %+v", r)
 	}
+}
+
+// appVersion is Chart.yaml's appVersion, which must be a release tag
+// (vX.Y.Z): what `git describe` prints on the release commit, hence the
+// tag make images and make push give that commit's images.
+func appVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(c.AppVersion) {
+		t.Fatalf("appVersion %q is not a release tag (vX.Y.Z)", c.AppVersion)
+	}
+	return c.AppVersion
 }
 
 func hasRule(rules []rbacv1.PolicyRule, resource, verb, name string) bool {

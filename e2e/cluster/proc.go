@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -225,18 +226,34 @@ func RepoRoot(t testing.TB) string {
 	}
 }
 
-// Binary returns the path of one of the project's binaries (tether-sidecar,
-// modelsim, tether-injector): under $TETHER_BIN, or bin/ of the repository.
-// A missing binary fails the test with the make target that builds it.
+// Shipped are the binaries that ship as images. The suite runs them from
+// the host platform's unpacked image (make images writes
+// bin/images/rootfs/<image>/), so what it tests is what ships.
+var Shipped = []string{"tether-sidecar", "tether-injector"}
+
+// Binary returns the path of one of the project's binaries. The shipped
+// ones (tether-sidecar, tether-injector) come from their image's
+// filesystem: $TETHER_ROOTFS/<name>/<name>, default bin/images/rootfs.
+// The others (modelsim) from $TETHER_BIN, default bin/. A missing binary
+// fails the test with the make target that builds it.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
-	dir := os.Getenv("TETHER_BIN")
-	if dir == "" {
-		dir = filepath.Join(RepoRoot(t), "bin")
+	var p, hint string
+	if slices.Contains(Shipped, name) {
+		root := os.Getenv("TETHER_ROOTFS")
+		if root == "" {
+			root = filepath.Join(RepoRoot(t), "bin", "images", "rootfs")
+		}
+		p, hint = filepath.Join(root, name, name), "make images (or set TETHER_ROOTFS)"
+	} else {
+		dir := os.Getenv("TETHER_BIN")
+		if dir == "" {
+			dir = filepath.Join(RepoRoot(t), "bin")
+		}
+		p, hint = filepath.Join(dir, name), "make build (or set TETHER_BIN)"
 	}
-	p := filepath.Join(dir, name)
 	if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		t.Fatalf("%s not found at %s: run make build (or set TETHER_BIN)", name, p)
+		t.Fatalf("%s not found at %s: run %s", name, p, hint)
 	}
 	return p
 }

@@ -62,8 +62,8 @@ type Sidecar struct {
 	Spec SidecarSpec
 }
 
-// StartSidecar writes the config, starts bin/tether-sidecar and waits for
-// its /readyz (stores and discovery synced).
+// StartSidecar writes the config, starts tether-sidecar (from its image:
+// see Binary) and waits for its /readyz (stores and discovery synced).
 func StartSidecar(t testing.TB, s SidecarSpec) *Sidecar {
 	t.Helper()
 	sc := startSidecar(t, s)

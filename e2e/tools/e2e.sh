@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # e2e.sh — runs the end-to-end suite (go test -tags e2e ./e2e/...) against a
-# real kube-apiserver + etcd from the tool cache (make kube-tools), with the
-# binaries of make build. `make e2e` calls it after building both.
+# real kube-apiserver + etcd from the tool cache (make kube-tools), with
+# tether-sidecar and tether-injector from their images' unpacked
+# filesystems (make images: bin/images/rootfs/<image>/) and modelsim from
+# make build. `make e2e` calls it after both.
 #
 #   RUN=TestScenario3 bash e2e/tools/e2e.sh     # one scenario (a go test -run regexp)
 #   E2E_FLAGS="-race" bash e2e/tools/e2e.sh     # extra go test flags
@@ -19,13 +21,15 @@ export TETHER_TOOLS=$tools
 export TETHER_KUBE_APISERVER=${TETHER_KUBE_APISERVER:-$tools/kube-${KUBE_VERSION:-$kube_version}/kube-apiserver}
 export TETHER_ETCD=${TETHER_ETCD:-$tools/etcd-${ETCD_VERSION:-$etcd_version}/etcd}
 export TETHER_BIN=${TETHER_BIN:-$PWD/bin}
+export TETHER_ROOTFS=${TETHER_ROOTFS:-$PWD/bin/images/rootfs}
 if [[ -n "${TETHER_HELM:-}" ]]; then export TETHER_HELM; fi
 
 for b in "$TETHER_KUBE_APISERVER" "$TETHER_ETCD"; do
   [[ -x "$b" ]] || { echo "error: $b is missing: run make kube-tools" >&2; exit 1; }
 done
-for b in tether-sidecar modelsim; do
-  [[ -x "$TETHER_BIN/$b" ]] || { echo "error: $TETHER_BIN/$b is missing: run make build" >&2; exit 1; }
+[[ -x "$TETHER_BIN/modelsim" ]] || { echo "error: $TETHER_BIN/modelsim is missing: run make build" >&2; exit 1; }
+for b in tether-sidecar tether-injector; do
+  [[ -x "$TETHER_ROOTFS/$b/$b" ]] || { echo "error: $TETHER_ROOTFS/$b/$b is missing: run make images" >&2; exit 1; }
 done
 
 args=(-tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-30m}")

@@ -18,6 +18,7 @@ import (
 	"github.com/tetherproxy/tether/injector/inject"
 	"github.com/tetherproxy/tether/injector/rbac"
 	"github.com/tetherproxy/tether/injector/webhook"
+	"github.com/tetherproxy/tether/sidecar/buildinfo"
 	"github.com/tetherproxy/tether/sidecar/kubeclient"
 )
 
@@ -53,6 +54,9 @@ func New(cfg Config, client kubernetes.Interface, log *slog.Logger, reg promethe
 	h, err := webhook.New(inj, log, reg)
 	if err != nil {
 		return nil, err
+	}
+	if err := reg.Register(buildinfo.Collector()); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	if client == nil && cfg.needsKube() {
 		if client, err = kubeclient.New(cfg.Kubeconfig, "tether-injector"); err != nil {

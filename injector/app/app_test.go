@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/tetherproxy/tether/injector/app"
 	"github.com/tetherproxy/tether/injector/certs"
+	"github.com/tetherproxy/tether/sidecar/buildinfo"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -210,12 +212,14 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(r.Body)
 	r.Body.Close()
+	bi := buildinfo.Get()
 	for _, want := range []string{
 		`tether_injector_admissions_total{result="injected"} 1`,
 		`tether_injector_admissions_total{result="denied"} 1`,
 		`tether_injector_admissions_total{result="not_selected"} 1`,
 		`tether_injector_admissions_total{result="error"} 3`,
 		`tether_injector_duration_seconds_count`,
+		fmt.Sprintf("tether_build_info{goversion=%q,revision=%q,version=%q} 1", bi.GoVersion, bi.Revision, bi.Version),
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -19,11 +19,13 @@ import (
 	"github.com/tetherproxy/tether/injector/inject"
 	"github.com/tetherproxy/tether/injector/rbac"
 	"github.com/tetherproxy/tether/injector/webhook"
+	"github.com/tetherproxy/tether/sidecar/buildinfo"
 )
 
-// Version is recorded in the pods' tether.dev/status annotation; release
-// builds set it with -ldflags "-X github.com/tetherproxy/tether/injector/app.Version=v1.2.3".
-var Version = "dev"
+// Version is recorded in the pods' tether.dev/status annotation and tags
+// the default sidecar image: the build's version (see sidecar/buildinfo,
+// stamped by the Makefile).
+var Version = buildinfo.Get().Version
 
 // Config is everything the injector is told at start.
 type Config struct {

@@ -4,7 +4,11 @@
 // touches.
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tetherproxy/tether/sidecar/buildinfo"
+)
 
 // Decisions of the sticky resolver, used as label values and in the access log.
 const (
@@ -39,7 +43,9 @@ const (
 // latencyBuckets span a cached decode step (ms) to a long cold prefill (minutes).
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
-// New creates the metrics and registers them on reg.
+// New creates the metrics and registers them on reg, together with
+// tether_build_info (see sidecar/buildinfo), so that every registry that
+// serves the request path also names the build.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -86,6 +92,6 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"pool"}),
 	}
 	reg.MustRegister(m.Requests, m.Sessions, m.Rebinds, m.AffinityBroken, m.StoreFallbacks, m.Retries,
-		m.BackendFailures, m.InFlight, m.UpstreamLatency, m.RequestDuration)
+		m.BackendFailures, m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
 	return m
 }
