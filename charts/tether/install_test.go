@@ -1,8 +1,10 @@
 package chart_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -67,7 +69,13 @@ func TestReadmeInstallLine(t *testing.T) {
 	if want := registry + "/tether-injector:" + version; c.Image != want {
 		t.Errorf("injector image %q, want %q", c.Image, want)
 	}
-	if cfg, want := checkArgs(t, c.Args), registry+"/tether-sidecar:"+version; cfg.SidecarImage != want {
+	cfg := checkArgs(t, c.Args)
+	if want := registry + "/tether-sidecar:" + version; cfg.SidecarImage != want {
 		t.Errorf("injected sidecar image %q, want %q", cfg.SidecarImage, want)
+	}
+	// The README's router uses the gossip store in namespace llm: the line
+	// must create the ring's key there, under the name the injector mounts.
+	if _, ok := o.secrets["llm/"+cfg.GossipKeySecret]; !ok || cfg.GossipKeySecret == "" {
+		t.Errorf("no gossip key Secret %q in namespace llm (Secrets: %v)", cfg.GossipKeySecret, slices.Collect(maps.Keys(o.secrets)))
 	}
 }

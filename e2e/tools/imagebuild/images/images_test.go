@@ -525,7 +525,9 @@ func injectedRouter(t *testing.T) corev1.Container {
 	if err := json.Unmarshal([]byte(patch), &d); err != nil || len(d.Spec.Template.Annotations) == 0 {
 		t.Fatalf("no `kubectl -n llm patch deployment router … -p '{…}'` with annotations in the README's install section: %v (%q)", err, patch)
 	}
-	inj, err := inject.New(inject.Options{Image: repository + "/tether-sidecar:" + version})
+	// The chart's defaults that the README's helm line keeps: the gossip
+	// key Secret it creates in the namespaces of sidecar.gossip.namespaces.
+	inj, err := inject.New(inject.Options{Image: repository + "/tether-sidecar:" + version, GossipKeySecret: "tether-gossip-key"})
 	if err != nil {
 		t.Fatal(err)
 	}
