@@ -7,11 +7,13 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -216,10 +218,22 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 		`tether_injector_admissions_total{result="not_selected"} 1`,
 		`tether_injector_admissions_total{result="error"} 3`,
 		`tether_injector_duration_seconds_count`,
+		`tether_injector_admissions_total{result="host_network"} 0`,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+
+	// The serving certificate's expiry, as served.
+	conn, err := tls.Dial("tcp", a.WebhookAddr().String(), &tls.Config{RootCAs: roots, ServerName: "tether-injector.tether-system.svc", MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter := conn.ConnectionState().PeerCertificates[0].NotAfter
+	conn.Close()
+	if want := fmt.Sprintf("tether_injector_certificate_expiry_timestamp_seconds %s\n", strconv.FormatFloat(float64(notAfter.Unix()), 'g', -1, 64)); !strings.Contains(string(metrics), want) {
+		t.Errorf("/metrics lacks %q", want)
 	}
 
 	// The RoleBinding controller ran too, for the injected pod's account.

@@ -47,10 +47,13 @@ const (
 	MinDerivedMaxEntries = 1000
 )
 
-// GoMemLimit is the GOMEMLIMIT, in bytes, for a container memory limit.
+// GoMemLimit is the GOMEMLIMIT, in bytes, for a container memory limit:
+// GoMemLimitPercent of it, rounded down to a whole MiB (so that the
+// injector can write it as "230MiB").
 func GoMemLimit(containerLimitBytes int64) int64 {
 	// Split so that no limit overflows int64 on the multiplication.
-	return containerLimitBytes/100*GoMemLimitPercent + containerLimitBytes%100*GoMemLimitPercent/100
+	b := containerLimitBytes/100*GoMemLimitPercent + containerLimitBytes%100*GoMemLimitPercent/100
+	return b &^ (1<<20 - 1)
 }
 
 // MaxEntriesFor is the default maxEntries of the memory and gossip stores

@@ -14,10 +14,10 @@ func TestMaxEntriesFor(t *testing.T) {
 	}{
 		{0, DefaultMaxEntries},                         // no limit
 		{-1, DefaultMaxEntries},                        // nonsense: no limit
-		{256 * mi, (241591910 - 64*mi) / 400},          // the chart's default limit: 436,205
-		{96 * mi, (90596966 - 64*mi) / 400},            // the smallest limit the injector accepts: 58,725
+		{256 * mi, (230*mi - 64*mi) / 400},             // the chart's default limit (GOMEMLIMIT 230MiB): 435,159
+		{96 * mi, (86*mi - 64*mi) / 400},               // the smallest limit the injector accepts (86MiB): 57,671
 		{64 * mi, MinDerivedMaxEntries},                // under the reserve: the floor
-		{1 << 30, DefaultMaxEntries},                   // 1 GiB: 2,248,146 would fit, capped at the default
+		{1 << 30, DefaultMaxEntries},                   // 1 GiB: 2,248,000 would fit, capped at the default
 		{math.MaxInt64 / 100 * 100, DefaultMaxEntries}, // huge
 	} {
 		got := MaxEntriesFor(GoMemLimit(c.containerLimit))
@@ -33,7 +33,7 @@ func TestMaxEntriesFor(t *testing.T) {
 	if got := MaxEntriesFor(math.MaxInt64); got != DefaultMaxEntries {
 		t.Errorf("the runtime's no-limit value gives %d", got)
 	}
-	if got := GoMemLimit(256 << 20); got != 241591910 {
+	if got := GoMemLimit(256 << 20); got != 230<<20 {
 		t.Errorf("GoMemLimit(256Mi) = %d", got)
 	}
 }
