@@ -111,7 +111,10 @@ func Run(ctx context.Context, o Options) []Result {
 	}
 	in := &install{o: o, now: o.Now()}
 	in.cfg = defaultConfig(o.Namespace, o.Name)
-	if slices.Contains(checks, CheckInjector) {
+	// The Deployment's arguments say where everything is. The webhook and
+	// admission checks manage with the chart's names alone (the helm test
+	// may read nothing else).
+	if slices.ContainsFunc(checks, func(c string) bool { return c != CheckWebhook && c != CheckAdmission }) {
 		in.readDeployment(ctx)
 	}
 	funcs := map[string]func(context.Context, *install) Result{
@@ -187,6 +190,16 @@ func (in *install) readDeployment(ctx context.Context) {
 		return
 	}
 	in.cfg = c
+}
+
+// needConfig is the failure of a check that cannot go on without the
+// injector's arguments, or nil when they are known.
+func (in *install) needConfig(what string) *Result {
+	if in.deployment != nil && in.readErr == nil {
+		return nil
+	}
+	r := fail("cannot tell %s without the injector's arguments: %s", what, apiProblem("Deployment "+in.o.Namespace+"/"+in.o.Name, in.readErr))
+	return &r
 }
 
 // webhookConfig fetches the MutatingWebhookConfiguration once.

@@ -81,6 +81,9 @@ func injectorNeeds(in *install) []access {
 
 // checkRBAC: the injector's service account may do what its flags need.
 func checkRBAC(ctx context.Context, in *install) Result {
+	if r := in.needConfig("what the injector needs"); r != nil {
+		return *r
+	}
 	sa := in.o.Name
 	if d := in.deployment; d != nil && d.Spec.Template.Spec.ServiceAccountName != "" {
 		sa = d.Spec.Template.Spec.ServiceAccountName

@@ -141,6 +141,9 @@ func readyEndpoints(ctx context.Context, in *install) (int, error) {
 // trusted by every entry's caBundle for the name the API server dials,
 // and neither it nor its CA expires within MinValidity.
 func checkCertificate(ctx context.Context, in *install) Result {
+	if r := in.needConfig("where the serving certificate is"); r != nil {
+		return *r
+	}
 	secretName, mounted := in.cfg.SecretName, ""
 	if !in.cfg.SelfManaged {
 		secretName, mounted = certManagerSecret(in), " mounted at "+in.cfg.CertDir
