@@ -25,6 +25,7 @@ func main() {
 	if code, ok := cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); ok {
 		os.Exit(code)
 	}
+	flag.CommandLine.Usage = cli.WebhookUsage(flag.CommandLine)
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "tether-injector:", err)
 		os.Exit(1)

@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -31,6 +32,22 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) (code int, o
 		return 2, true
 	}
 	return cmd(args[1:], stdin, stdout, stderr), true
+}
+
+// WebhookUsage is the usage of tether-injector without a command (it
+// serves the webhook): the commands, then fs's flags.
+func WebhookUsage(fs *flag.FlagSet) func() {
+	return func() {
+		w := fs.Output()
+		fmt.Fprint(w, `Usage:
+  tether-injector [flags]              serve the webhook (the chart's Deployment runs this)
+  tether-injector inject -f FILE ...   print a manifest with the sidecar injected, offline (inject -h)
+  tether-injector check ...            say what is wrong with an install (check -h)
+
+Flags of the webhook:
+`)
+		fs.PrintDefaults()
+	}
 }
 
 // exit codes

@@ -30,10 +30,12 @@ to each object goes to stderr. Exit status 1 when a pod would be denied.
   tether-injector inject -f router.yaml | kubectl apply -f -
   tether-injector inject -f router.yaml --namespace llm --default-store gossip
 
-The sidecar flags are the injector's own: pass the arguments of the
-injector's Deployment (kubectl -n tether-system get deploy tether-injector
--o jsonpath='{.spec.template.spec.containers[0].args}') to see exactly
-what the installed webhook would do.
+The sidecar flags (--sidecar-*, --native-sidecar, --prestop-sleep,
+--default-store, --redis-*, --gossip-key-secret, --exclude-namespace) are
+the injector's own: copy them from the injector Deployment's arguments
+(kubectl -n tether-system get deploy tether-injector -o
+jsonpath='{.spec.template.spec.containers[0].args}') to see exactly what
+the installed webhook would do.
 
 Flags:
 `
