@@ -150,7 +150,8 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := \
   FuzzExtract:./sidecar/session FuzzClaim:./sidecar/jwtauth FuzzParse:./sidecar/config \
   FuzzDecode:./sidecar/store/gossip FuzzParseBinding:./sidecar/store/redis \
-  FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook
+  FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook \
+  FuzzInject:./injector/manifest
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} ($${t#*:}) for $(FUZZTIME)"; \

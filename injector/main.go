@@ -1,5 +1,7 @@
 // Command tether-injector is the mutating admission webhook that puts the
-// tether sidecar into router pods. See the README and `tether-injector -h`.
+// tether sidecar into router pods. See the README and `tether-injector -h`;
+// `tether-injector inject` and `tether-injector check` are its offline
+// injection and its install check.
 package main
 
 import (
@@ -15,10 +17,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tetherproxy/tether/injector/app"
+	"github.com/tetherproxy/tether/injector/cli"
 	"github.com/tetherproxy/tether/sidecar/buildinfo"
 )
 
 func main() {
+	// Subcommands (inject, check); without one it serves the webhook.
+	if code, ok := cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); ok {
+		os.Exit(code)
+	}
+	flag.CommandLine.Usage = cli.WebhookUsage(flag.CommandLine)
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "tether-injector:", err)
 		os.Exit(1)

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tetherproxy/tether/injector/app"
+	"github.com/tetherproxy/tether/injector/check"
 	"github.com/tetherproxy/tether/injector/inject"
 )
 
@@ -72,7 +73,13 @@ func run(t *testing.T, args ...string) (string, error) {
 
 func render(t *testing.T, sets ...string) string {
 	t.Helper()
-	args := []string{"template", release, ".", "--namespace", namespace}
+	return renderArgs(t, nil, sets...)
+}
+
+// renderArgs renders with extra helm flags (--skip-tests) and --set values.
+func renderArgs(t *testing.T, flags []string, sets ...string) string {
+	t.Helper()
+	args := append([]string{"template", release, ".", "--namespace", namespace}, flags...)
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -86,6 +93,7 @@ func render(t *testing.T, sets ...string) string {
 // objects are the rendered documents, each decoded strictly into its type.
 type objects struct {
 	deployments  map[string]*appsv1.Deployment
+	pods         map[string]*corev1.Pod // the helm test hook
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	services     map[string]*corev1.Service
 	secrets      map[string]*corev1.Secret
@@ -100,7 +108,7 @@ type objects struct {
 func decode(t *testing.T, out string) *objects {
 	t.Helper()
 	o := &objects{
-		deployments: map[string]*appsv1.Deployment{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
+		deployments: map[string]*appsv1.Deployment{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, pods: map[string]*corev1.Pod{},
 		services: map[string]*corev1.Service{}, secrets: map[string]*corev1.Secret{},
 		webhooks:     map[string]*admissionregv1.MutatingWebhookConfiguration{},
 		clusterRoles: map[string]*rbacv1.ClusterRole{}, roles: map[string]*rbacv1.Role{}, other: map[string]map[string]any{},
@@ -169,7 +177,11 @@ func decode(t *testing.T, out string) *objects {
 			strict(&rbacv1.RoleBinding{})
 		case "ServiceAccount":
 			strict(&corev1.ServiceAccount{})
-		case "Issuer", "Certificate":
+		case "Pod":
+			v := &corev1.Pod{}
+			strict(v)
+			o.pods[name] = v
+		case "Issuer", "Certificate", "PodMonitor", "ServiceMonitor":
 		default:
 			t.Fatalf("unexpected kind %q", tm.Kind)
 		}
@@ -405,7 +417,7 @@ func TestVariants(t *testing.T) {
 		if len(vols) != 1 || vols[0].Secret.SecretName != "tether-injector-tls" {
 			t.Errorf("serving Secret not mounted: %+v", vols)
 		}
-		if len(o.secrets) != 0 || len(o.roles) != 0 || hasRule(o.clusterRoles["tether-injector"].Rules, "mutatingwebhookconfigurations", "patch", "") {
+		if len(o.secrets) != 0 || o.roles["tether-injector"] != nil || hasRule(o.clusterRoles["tether-injector"].Rules, "mutatingwebhookconfigurations", "patch", "") {
 			t.Error("self-managed objects or rights rendered in cert-manager mode")
 		}
 	})
@@ -535,6 +547,13 @@ func TestSchemaRejects(t *testing.T) {
 		"certificates.selfManaged.certLifetime=one-year",
 		"sidecar.resources.limits.gpu=1",
 		"rbac.create=true",
+		"nameOverride=Bad_Name",
+		"fullnameOverride=" + strings.Repeat("x", 51),
+		"sidecar.prometheusScrape=yes",
+		"monitoring.podMonitor.enable=true",
+		"monitoring.podMonitor.interval=soon",
+		"monitoring.serviceMonitor.namespaces={llm}",
+		"monitoring.podMonitor.labels.release=1",
 	} {
 		if _, err := run(t, "template", release, ".", "--namespace", namespace, "--set", set); err == nil {
 			t.Errorf("--set %s rendered; the schema should reject it", set)
@@ -543,8 +562,8 @@ func TestSchemaRejects(t *testing.T) {
 }
 
 const installHeader = `# tether: the injector, its webhook configuration and RBAC, rendered from
-# charts/tether with the default values:
-#   helm template tether charts/tether --namespace tether-system
+# charts/tether with the default values, without the helm test hook:
+#   helm template tether charts/tether --namespace tether-system --skip-tests
 # (plus the Namespace). Kept in sync by charts/tether/chart_test.go; rewrite
 # with: go test ./charts/... -update
 #
@@ -558,7 +577,7 @@ metadata:
 
 // TestInstallManifest: manifests/install.yaml is the rendering of the defaults.
 func TestInstallManifest(t *testing.T) {
-	want := installHeader + render(t)
+	want := installHeader + renderArgs(t, []string{"--skip-tests"})
 	path := filepath.Join("..", "..", "manifests", "install.yaml")
 	if *update {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
@@ -572,5 +591,176 @@ func TestInstallManifest(t *testing.T) {
 	}
 	if string(got) != want {
 		t.Fatal("manifests/install.yaml is not `helm template` of the chart's defaults: go test ./charts/... -update rewrites it")
+	}
+}
+
+// TestNameOverrides: nameOverride and fullnameOverride rename every
+// object consistently: the injector's arguments, Service, webhook
+// configuration, RBAC and selectors agree with each other.
+func TestNameOverrides(t *testing.T) {
+	for _, c := range []struct {
+		sets       []string
+		base, name string
+	}{
+		{nil, "tether", "tether"},
+		{[]string{"nameOverride=sticky"}, "tether-sticky", "sticky"},
+		{[]string{"fullnameOverride=llm-tether"}, "llm-tether", "tether"},
+		{[]string{"nameOverride=sticky", "fullnameOverride=edge"}, "edge", "sticky"},
+	} {
+		o := decode(t, render(t, c.sets...))
+		inj := c.base + "-injector"
+		d := o.deployments[inj]
+		if d == nil {
+			t.Fatalf("%v: no Deployment %s", c.sets, inj)
+		}
+		cfg := checkArgs(t, d.Spec.Template.Spec.Containers[0].Args)
+		if cfg.ServiceName != inj || cfg.WebhookConfig != inj || cfg.SecretName != inj+"-tls" ||
+			cfg.SidecarClusterRole != c.base+"-sidecar" || cfg.SidecarRoleBinding != c.base+"-sidecar" {
+			t.Errorf("%v: injector arguments %+v", c.sets, cfg)
+		}
+		if o.services[inj] == nil || o.webhooks[inj] == nil || o.clusterRoles[c.base+"-sidecar"] == nil || o.secrets[namespace+"/"+inj+"-tls"] == nil {
+			t.Errorf("%v: objects not named %s-*", c.sets, c.base)
+		}
+		for _, w := range o.webhooks[inj].Webhooks {
+			if w.ClientConfig.Service.Name != inj {
+				t.Errorf("%v: webhook %s calls Service %s", c.sets, w.Name, w.ClientConfig.Service.Name)
+			}
+		}
+		labels := d.Spec.Template.Labels
+		if labels["app.kubernetes.io/name"] != c.name || !reflect.DeepEqual(d.Spec.Selector.MatchLabels, o.services[inj].Spec.Selector) {
+			t.Errorf("%v: pod labels %v, Deployment selector %v, Service selector %v", c.sets, labels, d.Spec.Selector.MatchLabels, o.services[inj].Spec.Selector)
+		}
+		for k, v := range d.Spec.Selector.MatchLabels {
+			if labels[k] != v {
+				t.Errorf("%v: the Deployment's selector %s=%s does not select its pods", c.sets, k, v)
+			}
+		}
+		if p := o.pods[c.base+"-test"]; p == nil || !slices.Contains(p.Spec.Containers[0].Args, "--name="+inj) {
+			t.Errorf("%v: helm test pod %s does not check %s", c.sets, c.base+"-test", inj)
+		}
+	}
+}
+
+// TestMonitoring: nothing of the Prometheus Operator by default; when
+// enabled, the PodMonitor selects injected pods on the sidecar's admin
+// port name and the ServiceMonitor the injector Service's metrics port,
+// which reaches the injector's admin listener.
+func TestMonitoring(t *testing.T) {
+	o := decode(t, render(t))
+	for k := range o.other {
+		if strings.HasPrefix(k, "PodMonitor/") || strings.HasPrefix(k, "ServiceMonitor/") {
+			t.Errorf("%s rendered by default", k)
+		}
+	}
+	if cfg := checkArgs(t, injectorArgs(t, o)); cfg.PrometheusScrape {
+		t.Error("prometheus.io annotations on by default")
+	}
+
+	o = decode(t, render(t, "monitoring.podMonitor.enabled=true", "monitoring.serviceMonitor.enabled=true",
+		"monitoring.podMonitor.labels.release=kps", "monitoring.serviceMonitor.labels.release=kps",
+		"monitoring.podMonitor.interval=15s", "sidecar.prometheusScrape=true"))
+	pm := o.other["PodMonitor/tether-sidecars"]
+	if pm == nil || pm["apiVersion"] != "monitoring.coreos.com/v1" {
+		t.Fatalf("PodMonitor: %v", pm)
+	}
+	spec := pm["spec"].(map[string]any)
+	sel := spec["selector"].(map[string]any)["matchLabels"].(map[string]any)
+	ep := spec["podMetricsEndpoints"].([]any)[0].(map[string]any)
+	if !reflect.DeepEqual(sel, map[string]any{inject.LabelInjected: "true"}) || ep["port"] != inject.AdminPortName ||
+		ep["path"] != inject.MetricsPath || ep["interval"] != "15s" ||
+		!reflect.DeepEqual(spec["namespaceSelector"], map[string]any{"any": true}) ||
+		pm["metadata"].(map[string]any)["labels"].(map[string]any)["release"] != "kps" {
+		t.Errorf("PodMonitor spec %v", pm)
+	}
+	sm := o.other["ServiceMonitor/tether-injector"]
+	if sm == nil {
+		t.Fatal("no ServiceMonitor")
+	}
+	sspec := sm["spec"].(map[string]any)
+	smSel := sspec["selector"].(map[string]any)["matchLabels"].(map[string]any)
+	svc := o.services["tether-injector"]
+	for k, v := range smSel {
+		if svc.Labels[k] != v {
+			t.Errorf("the ServiceMonitor's selector %s=%v does not select the injector's Service (labels %v)", k, v, svc.Labels)
+		}
+	}
+	sep := sspec["endpoints"].([]any)[0].(map[string]any)
+	var port *corev1.ServicePort
+	for i := range svc.Spec.Ports {
+		if svc.Spec.Ports[i].Name == sep["port"] {
+			port = &svc.Spec.Ports[i]
+		}
+	}
+	c := o.deployments["tether-injector"].Spec.Template.Spec.Containers[0]
+	cfg := checkArgs(t, c.Args)
+	var target *corev1.ContainerPort
+	for i := range c.Ports {
+		if port != nil && c.Ports[i].Name == port.TargetPort.StrVal {
+			target = &c.Ports[i]
+		}
+	}
+	if port == nil || target == nil || cfg.AdminListen != fmt.Sprintf(":%d", target.ContainerPort) || sep["path"] != "/metrics" {
+		t.Errorf("the ServiceMonitor's port %v does not reach the admin listener %s (Service port %+v, container port %+v)", sep["port"], cfg.AdminListen, port, target)
+	}
+	if !cfg.PrometheusScrape {
+		t.Error("sidecar.prometheusScrape=true does not reach the injector")
+	}
+
+	o = decode(t, render(t, "monitoring.podMonitor.enabled=true", "monitoring.podMonitor.namespaces={llm,chat}"))
+	ns := o.other["PodMonitor/tether-sidecars"]["spec"].(map[string]any)["namespaceSelector"]
+	if !reflect.DeepEqual(ns, map[string]any{"matchNames": []any{"llm", "chat"}}) {
+		t.Errorf("namespaceSelector %v", ns)
+	}
+}
+
+// TestHelmTest: the test hook runs `tether-injector check` with the
+// injector's image as a service account that may read what that check
+// reads and nothing more; install.yaml leaves it out.
+func TestHelmTest(t *testing.T) {
+	o := decode(t, render(t))
+	p := o.pods["tether-test"]
+	if p == nil || p.Annotations["helm.sh/hook"] != "test" {
+		t.Fatalf("no helm test pod: %+v", p)
+	}
+	c := p.Spec.Containers[0]
+	d := o.deployments["tether-injector"].Spec.Template.Spec.Containers[0]
+	if c.Image != d.Image || len(c.Command) != 0 || p.Spec.RestartPolicy != corev1.RestartPolicyNever || p.Spec.ServiceAccountName != "tether-test" {
+		t.Errorf("test pod: image %s (injector %s), command %v, restartPolicy %s, serviceAccount %s", c.Image, d.Image, c.Command, p.Spec.RestartPolicy, p.Spec.ServiceAccountName)
+	}
+	if len(c.Args) == 0 || c.Args[0] != "check" || !slices.Contains(c.Args, "--call-webhook") ||
+		!slices.Contains(c.Args, "--namespace="+namespace) || !slices.Contains(c.Args, "--name=tether-injector") {
+		t.Errorf("test pod args %v", c.Args)
+	}
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--checks="); ok {
+			if err := check.Known(strings.Split(v, ",")); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if sc := c.SecurityContext; sc == nil || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || p.Spec.SecurityContext == nil || !*p.Spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("test pod security context: %+v %+v", p.Spec.SecurityContext, sc)
+	}
+	cr := o.clusterRoles["tether-test"]
+	if cr == nil || len(cr.Rules) != 1 || !hasRule(cr.Rules, "mutatingwebhookconfigurations", "get", "tether-injector") ||
+		!slices.Equal(cr.Rules[0].Verbs, []string{"get"}) {
+		t.Errorf("test ClusterRole: %+v", cr)
+	}
+	r := o.roles["tether-test"]
+	if r == nil || len(r.Rules) != 2 || !hasRule(r.Rules, "services", "get", "tether-injector") || !hasRule(r.Rules, "endpointslices", "list", "") {
+		t.Errorf("test Role: %+v", r)
+	}
+	// Every test object is a hook, so `helm install` does not create it.
+	for k, m := range o.other {
+		md := m["metadata"].(map[string]any)
+		if md["name"] == "tether-test" {
+			ann, _ := md["annotations"].(map[string]any)
+			if ann["helm.sh/hook"] != "test" {
+				t.Errorf("%s is not a test hook", k)
+			}
+		}
+	}
+	if skipped := decode(t, renderArgs(t, []string{"--skip-tests"})); len(skipped.pods) != 0 || skipped.clusterRoles["tether-test"] != nil {
+		t.Error("--skip-tests renders test objects")
 	}
 }

@@ -64,6 +64,10 @@ func New(cfg Config, client kubernetes.Interface, log *slog.Logger, reg promethe
 		}
 	}
 	a := &App{cfg: cfg, log: log, client: client, store: &certs.Store{}, handler: h}
+	// tether_injector_certificate_expiry_timestamp_seconds, for alerts.
+	if err := reg.Register(a.store.Collector()); err != nil {
+		return nil, err
+	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		a.gatherer = g
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,10 +221,22 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 		`tether_injector_admissions_total{result="error"} 3`,
 		`tether_injector_duration_seconds_count`,
 		fmt.Sprintf("tether_build_info{goversion=%q,revision=%q,version=%q} 1", bi.GoVersion, bi.Revision, bi.Version),
+		`tether_injector_admissions_total{result="host_network"} 0`,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+
+	// The serving certificate's expiry, as served.
+	conn, err := tls.Dial("tcp", a.WebhookAddr().String(), &tls.Config{RootCAs: roots, ServerName: "tether-injector.tether-system.svc", MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter := conn.ConnectionState().PeerCertificates[0].NotAfter
+	conn.Close()
+	if want := fmt.Sprintf("tether_injector_certificate_expiry_timestamp_seconds %s\n", strconv.FormatFloat(float64(notAfter.Unix()), 'g', -1, 64)); !strings.Contains(string(metrics), want) {
+		t.Errorf("/metrics lacks %q", want)
 	}
 
 	// The RoleBinding controller ran too, for the injected pod's account.

@@ -73,6 +73,7 @@ type Config struct {
 	RedisTLS            bool
 	GossipKeySecret     string
 	ExcludedNamespaces  stringList
+	PrometheusScrape    bool
 
 	LogLevel string
 }
@@ -124,6 +125,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RedisTLS, "redis-tls", false, "TLS to Redis for redis-store pods without tether.dev/redis-tls")
 	fs.StringVar(&c.GossipKeySecret, "gossip-key-secret", "tether-gossip-key", "Secret (key \"key\") mounted into gossip-store pods without tether.dev/gossip-key-secret (empty: every gossip pod must name one)")
 	fs.Var(&c.ExcludedNamespaces, "exclude-namespace", "namespace never injected, besides kube-system and --namespace (repeatable)")
+	fs.BoolVar(&c.PrometheusScrape, "sidecar-prometheus-scrape", false, "add prometheus.io/scrape, port and path for the sidecar's admin port to pods without tether.dev/prometheus-scrape")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 }
 
@@ -142,6 +144,7 @@ func (c *Config) injectOptions() (inject.Options, error) {
 		RedisTLS:            c.RedisTLS,
 		GossipKeySecret:     c.GossipKeySecret,
 		ExcludedNamespaces:  append([]string{"kube-system", c.Namespace}, c.ExcludedNamespaces...),
+		PrometheusScrape:    c.PrometheusScrape,
 	}
 	switch o.ImagePullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever, "":

@@ -4,10 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -307,3 +312,40 @@ func TestStoreEmpty(t *testing.T) {
 		t.Fatal("empty store served a certificate")
 	}
 }
+
+// TestExpiryMetric: absent until a certificate is loaded, then its
+// NotAfter; a renewal shows at the next scrape.
+func TestExpiryMetric(t *testing.T) {
+	var s certs.Store
+	if n := testutil.CollectAndCount(s.Collector(), certs.ExpiryMetric); n != 0 {
+		t.Fatalf("%d series before any certificate", n)
+	}
+	now := time.Now()
+	ca, err := certs.NewCA("test", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, life := range []time.Duration{10 * time.Minute, 20 * time.Minute} {
+		kp, err := certs.NewServing(ca, []string{"x.svc"}, nil, now, life)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Set(kp); err != nil {
+			t.Fatal(err)
+		}
+		c, _, err := kp.Parse()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("# HELP %s x\n# TYPE %s gauge\n%s %s\n", certs.ExpiryMetric, certs.ExpiryMetric, certs.ExpiryMetric, strconv.FormatFloat(float64(c.NotAfter.Unix()), 'g', -1, 64))
+		got, err := testutil.CollectAndFormat(s.Collector(), expfmt.TypeTextPlain, certs.ExpiryMetric)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := helpLine.ReplaceAllString(string(got), "# HELP $1 x"); g != want {
+			t.Errorf("lifetime %s: got\n%s\nwant\n%s", life, g, want)
+		}
+	}
+}
+
+var helpLine = regexp.MustCompile(`# HELP (\S+) .*`)

@@ -45,6 +45,12 @@ type Annotations struct {
 	JWTIssuer           string
 	JWTAudience         string
 	ConfigMap           string
+	LogLevel            string
+	// ProxyCPU and ProxyMemory: the request, and the limit when given.
+	ProxyCPU           Resource
+	ProxyMemory        Resource
+	PrometheusScrape   *bool
+	SessionTokenSecret string
 
 	// present holds every tether.dev/ key the pod carries (valid or not).
 	present map[string]bool
@@ -103,6 +109,11 @@ var parsers = map[string]parser{
 	AnnotationJWTIssuer:           textInto(func(a *Annotations) *string { return &a.JWTIssuer }),
 	AnnotationJWTAudience:         textInto(func(a *Annotations) *string { return &a.JWTAudience }),
 	AnnotationConfig:              parseConfigMap,
+	AnnotationLogLevel:            parseLogLevel,
+	AnnotationProxyCPU:            resourceInto(func(a *Annotations) *Resource { return &a.ProxyCPU }),
+	AnnotationProxyMemory:         resourceInto(func(a *Annotations) *Resource { return &a.ProxyMemory }),
+	AnnotationPrometheusScrape:    parsePrometheusScrape,
+	AnnotationSessionTokenSecret:  secretInto(func(a *Annotations) *string { return &a.SessionTokenSecret }),
 	// The status is the injector's own record; Inject reads it separately.
 	AnnotationStatus: func(string, *Annotations, *problems) string { return "" },
 }
@@ -376,6 +387,25 @@ func parseJWTAlgorithms(v string, a *Annotations, _ *problems) string {
 	}
 	a.JWTAlgorithms = algs
 	return ""
+}
+
+// LogLevels are the sidecar's --log-level values.
+var LogLevels = []string{"debug", "info", "warn", "error"}
+
+func parseLogLevel(v string, a *Annotations, _ *problems) string {
+	if !slices.Contains(LogLevels, v) {
+		return fmt.Sprintf("unknown level %q (want debug, info, warn or error)", v)
+	}
+	a.LogLevel = v
+	return ""
+}
+
+func parsePrometheusScrape(v string, a *Annotations, _ *problems) string {
+	b, rule := parseBool(v)
+	if rule == "" {
+		a.PrometheusScrape = &b
+	}
+	return rule
 }
 
 func parseConfigMap(v string, a *Annotations, _ *problems) string {

@@ -22,9 +22,20 @@ type plan struct {
 	redisPasswordSecret string
 	gossipKeySecret     string
 	jwtSecret           string
+	tokenSecret         string
 	listenPort          int
 	adminPort           int
 	gossipPort          int
+	// The sidecar container's knobs: requests and limits, the Go memory
+	// limit derived from the memory limit (0: none), the log level ("":
+	// the sidecar's default) and whether to add Prometheus' scrape
+	// annotations for its admin port.
+	resources  corev1.ResourceRequirements
+	goMemLimit int64
+	logLevel   string
+	scrape     bool
+	// warnings for the user (kubectl prints them).
+	warnings []string
 }
 
 // buildPlan applies the cross-key rules and renders the sidecar config,
@@ -32,12 +43,20 @@ type plan struct {
 func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*plan, problems) {
 	var p problems
 	pl := &plan{
-		store:      firstNonEmpty(a.Store, inj.opts.Store, config.StoreMemory),
-		configMap:  a.ConfigMap,
-		jwtSecret:  a.JWTSecret,
-		listenPort: cmp.Or(a.ListenPort, DefaultListenPort),
-		adminPort:  cmp.Or(a.AdminPort, AdminPort),
-		gossipPort: cmp.Or(a.GossipPort, GossipPort),
+		store:       firstNonEmpty(a.Store, inj.opts.Store, config.StoreMemory),
+		configMap:   a.ConfigMap,
+		jwtSecret:   a.JWTSecret,
+		tokenSecret: a.SessionTokenSecret,
+		listenPort:  cmp.Or(a.ListenPort, DefaultListenPort),
+		adminPort:   cmp.Or(a.AdminPort, AdminPort),
+		gossipPort:  cmp.Or(a.GossipPort, GossipPort),
+		logLevel:    a.LogLevel,
+	}
+	pl.resources, p = inj.resources(a)
+	pl.goMemLimit = goMemLimit(pl.resources)
+	var w string
+	if pl.scrape, w, p = inj.prometheusScrape(a, pod, p); w != "" {
+		pl.warnings = append(pl.warnings, w)
 	}
 
 	// Secrets follow the store: a default Secret for another store is not
@@ -80,6 +99,8 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 	if len(p) > 0 {
 		return pl, p
 	}
+	// The stores hold no more bindings than the memory limit has room for.
+	cfg.Store.DefaultMaxEntries(config.MaxEntriesFor(pl.goMemLimit))
 	// The sidecar's own rules, with its own defaults, are the last word.
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -121,6 +142,7 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 	if a.JWTSecret != "" {
 		cfg.JWT = jwtConfig(a)
 	}
+	pool.SessionToken, p = sessionToken(a, p)
 
 	// Backends.
 	pool.Backends, p = backends(a, p)
@@ -210,6 +232,31 @@ func backends(a *Annotations, p problems) (config.Backends, problems) {
 	return b, p
 }
 
+// sessionToken is the pool's sessionToken block: tokens are written to
+// the response header the first Token source reads back, and signed with
+// the key "key" of the tether.dev/session-token-secret Secret.
+func sessionToken(a *Annotations, p problems) (*config.SessionToken, problems) {
+	header := ""
+	for _, s := range a.Sources {
+		if s.Type == config.SourceToken && header == "" {
+			header = s.Name
+		}
+	}
+	switch {
+	case header != "" && a.SessionTokenSecret == "":
+		p.add(AnnotationSources, "a Token source needs %s (the Secret whose key %q signs and verifies session tokens)",
+			AnnotationSessionTokenSecret, SessionTokenKey)
+		return nil, p
+	case header == "" && a.Has(AnnotationSessionTokenSecret) && a.Has(AnnotationSources):
+		p.add(AnnotationSessionTokenSecret, "applies only with a Token source in %s (for example Token:x-session-token,Header:X-Session-ID)",
+			AnnotationSources)
+		return nil, p
+	case header == "":
+		return nil, p
+	}
+	return &config.SessionToken{Header: header, KeyFile: SessionTokenDir + "/" + SessionTokenKey}, p
+}
+
 // jwtConfig points the sidecar at the fixed file names in the mounted
 // Secret: hmac-secret for HMAC algorithms, public.pem for the others.
 func jwtConfig(a *Annotations) *config.JWT {
@@ -244,6 +291,7 @@ var fieldAnnotations = []struct{ prefix, key string }{
 	{"pools[0].backends.decode", AnnotationBackendPort},
 	{"pools[0].backends", AnnotationBackendSelector},
 	{"pools[0].affinity", AnnotationAffinity},
+	{"pools[0].sessionToken", AnnotationSessionTokenSecret},
 	{"store.redis.username", AnnotationRedisUsername},
 	{"store.redis", AnnotationRedisAddress},
 	{"store.gossip.bind", AnnotationGossipPort},

@@ -33,7 +33,7 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 		Ports: []corev1.ContainerPort{
 			{Name: AdminPortName, ContainerPort: int32(pl.adminPort), Protocol: corev1.ProtocolTCP},
 		},
-		Resources: *o.Resources.DeepCopy(),
+		Resources: *pl.resources.DeepCopy(),
 		// The startup probe holds the router back (native sidecar) until
 		// the sidecar's stores and discovery are synced.
 		StartupProbe:   probe("/readyz", pl.adminPort, 1, 120),
@@ -70,6 +70,11 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 			corev1.ContainerPort{Name: GossipUDPPortName, ContainerPort: int32(pl.gossipPort), Protocol: corev1.ProtocolUDP})
 	}
 
+	if pl.goMemLimit > 0 {
+		// The Go runtime collects harder as the heap nears it, instead of
+		// running into the kernel's OOM killer.
+		c.Env = append(c.Env, corev1.EnvVar{Name: EnvGoMemLimit, Value: fmt.Sprintf("%dMiB", pl.goMemLimit>>20)})
+	}
 	if pl.configMap != "" {
 		c.Args = []string{"--config", ConfigFile}
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volConfig, MountPath: ConfigDir, ReadOnly: true})
@@ -80,10 +85,14 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 		}
 		c.Env = append(c.Env, corev1.EnvVar{Name: EnvConfig, Value: rendered})
 	}
+	if pl.logLevel != "" {
+		c.Args = append(c.Args, "--log-level", pl.logLevel)
+	}
 	for _, m := range []struct{ secret, vol, dir string }{
 		{pl.redisPasswordSecret, volRedis, RedisPasswordDir},
 		{pl.gossipKeySecret, volGossip, GossipKeyDir},
 		{pl.jwtSecret, volJWT, JWTDir},
+		{pl.tokenSecret, volToken, SessionTokenDir},
 	} {
 		if m.secret != "" {
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: m.vol, MountPath: m.dir, ReadOnly: true})
@@ -123,6 +132,11 @@ func sidecarVolumes(pl *plan) []corev1.Volume {
 	if pl.jwtSecret != "" {
 		// The whole Secret: which key files exist depends on the algorithms.
 		vs = append(vs, secret(volJWT, pl.jwtSecret))
+	}
+	if pl.tokenSecret != "" {
+		// The whole Secret: a ConfigMap config may also name its
+		// previous key (previousKeyFile) while the key is rotated.
+		vs = append(vs, secret(volToken, pl.tokenSecret))
 	}
 	return vs
 }

@@ -139,6 +139,44 @@ func goldenCases() []goldenCase {
 			}
 			*p = *res.Pod
 		}},
+		{name: "per-pod-knobs", input: "router", set: map[string]string{
+			inject.AnnotationLogLevel:         "debug",
+			inject.AnnotationProxyCPU:         "200m/1",
+			inject.AnnotationProxyMemory:      "512Mi/1Gi",
+			inject.AnnotationPrometheusScrape: "true",
+		}},
+		{name: "proxy-memory-request-only", input: "router", set: map[string]string{inject.AnnotationProxyMemory: "128Mi"}},
+		{name: "no-memory-limit", input: "router", opts: func(o *inject.Options) { o.Resources.Limits = nil }},
+		{name: "session-token", input: "router", set: map[string]string{
+			inject.AnnotationSources:            "Token:x-session-token,Header:X-Session-ID",
+			inject.AnnotationSessionTokenSecret: "router-token",
+		}},
+		{name: "configmap-config-knobs", input: "router", del: routerAnnotations, set: map[string]string{
+			inject.AnnotationConfig:             "router-tether",
+			inject.AnnotationLogLevel:           "warn",
+			inject.AnnotationSessionTokenSecret: "router-token",
+			inject.AnnotationProxyMemory:        "1Gi/2Gi",
+		}},
+		{name: "prometheus-scrape-chart-default", input: "router", opts: func(o *inject.Options) { o.PrometheusScrape = true }},
+		{name: "prometheus-scrape-chart-default-pod-has-own", input: "router", set: map[string]string{
+			"prometheus.io/scrape": "true", "prometheus.io/port": "8080",
+		}, opts: func(o *inject.Options) { o.PrometheusScrape = true }},
+		{name: "prometheus-scrape-off-by-annotation", input: "router", set: map[string]string{inject.AnnotationPrometheusScrape: "false"},
+			opts: func(o *inject.Options) { o.PrometheusScrape = true }},
+		{name: "reinjected-after-upgrade-scrape-off", input: "router", before: func(t testing.TB, p *corev1.Pod) {
+			o := testOptions()
+			o.Version = "old"
+			o.PrometheusScrape = true // the old chart had scraping on; the new one has not
+			inj, err := inject.New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := inj.Inject(p, inject.Request{Namespace: "llm", NamespaceSelected: true})
+			if err != nil || res.Pod == nil || res.Pod.Annotations[inject.PrometheusScrape] != "true" {
+				t.Fatalf("old injection: %v %+v", err, res)
+			}
+			*p = *res.Pod
+		}},
 
 		// Skipped.
 		{name: "opted-out", input: "router", set: map[string]string{inject.AnnotationInject: "false"}},
@@ -226,6 +264,21 @@ func goldenCases() []goldenCase {
 			del: routerAnnotations, before: func(_ testing.TB, p *corev1.Pod) {
 				p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "tether-config"})
 			}},
+		{name: "invalid-log-level", input: "router", set: map[string]string{inject.AnnotationLogLevel: "verbose"}},
+		{name: "invalid-proxy-cpu", input: "router", set: map[string]string{inject.AnnotationProxyCPU: "lots"}},
+		{name: "invalid-proxy-cpu-three-parts", input: "router", set: map[string]string{inject.AnnotationProxyCPU: "1/2/3"}},
+		{name: "invalid-proxy-cpu-request-above-limit", input: "router", set: map[string]string{inject.AnnotationProxyCPU: "2/500m"}},
+		{name: "invalid-proxy-memory-zero", input: "router", set: map[string]string{inject.AnnotationProxyMemory: "0"}},
+		{name: "invalid-proxy-memory-above-default-limit", input: "router", set: map[string]string{inject.AnnotationProxyMemory: "512Mi"}},
+		{name: "invalid-proxy-memory-limit-too-small", input: "router", set: map[string]string{inject.AnnotationProxyMemory: "32Mi/64Mi"}},
+		{name: "invalid-prometheus-scrape", input: "router", set: map[string]string{inject.AnnotationPrometheusScrape: "yes"}},
+		{name: "invalid-prometheus-scrape-pod-has-own", input: "router", set: map[string]string{
+			inject.AnnotationPrometheusScrape: "true", "prometheus.io/port": "8080"}},
+		{name: "invalid-token-source-without-secret", input: "router", set: map[string]string{inject.AnnotationSources: "Token:x-session-token"}},
+		{name: "invalid-session-token-secret-without-token-source", input: "router", set: map[string]string{
+			inject.AnnotationSessionTokenSecret: "router-token"}},
+		{name: "invalid-session-token-secret-name", input: "router", set: map[string]string{
+			inject.AnnotationSources: "Token:x-session-token", inject.AnnotationSessionTokenSecret: "Router_Token"}},
 		{name: "invalid-several-at-once", input: "router", set: map[string]string{
 			inject.AnnotationTTL: "0s", inject.AnnotationBackendPort: "0", inject.AnnotationStore: "disk"}},
 	}

@@ -9,6 +9,7 @@ import (
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tetherproxy/tether/sidecar/config"
@@ -48,6 +49,9 @@ type Options struct {
 	RedisTLS      bool
 	// ExcludedNamespaces are never injected (kube-system, the injector's own).
 	ExcludedNamespaces []string
+	// PrometheusScrape adds prometheus.io/scrape, port and path for the
+	// sidecar's admin port to pods without tether.dev/prometheus-scrape.
+	PrometheusScrape bool
 }
 
 // Injector applies Options to pods. It is safe for concurrent use.
@@ -82,6 +86,10 @@ func New(o Options) (*Injector, error) {
 	}
 	if o.PreStopSleep < 0 || o.PreStopSleep%time.Second != 0 {
 		return nil, fmt.Errorf("inject: the preStop sleep must be whole seconds, 0 or more, got %s", o.PreStopSleep)
+	}
+	if l, ok := o.Resources.Limits[corev1.ResourceMemory]; ok && l.Value() < config.MinMemoryLimitBytes {
+		return nil, fmt.Errorf("inject: the sidecar memory limit %s is below %s, the least the sidecar runs in", &l,
+			resource.NewQuantity(config.MinMemoryLimitBytes, resource.BinarySI))
 	}
 	for _, s := range []string{o.RedisPasswordSecret, o.GossipKeySecret} {
 		if s != "" && len(validation.IsDNS1123Subdomain(s)) > 0 {
@@ -176,6 +184,7 @@ func (inj *Injector) mutate(pod *corev1.Pod, pl *plan) (Result, error) {
 			"tether: automountServiceAccountToken is false, so the sidecar has no token to watch pods with")
 	}
 	res.Warnings = append(res.Warnings, meshWarnings(pod, pl)...)
+	res.Warnings = append(res.Warnings, pl.warnings...)
 	st := Status{Version: inj.opts.Version, Native: !inj.opts.PlainContainer, Containers: []string{ContainerName}}
 	if inj.opts.PlainContainer {
 		if pod.Annotations == nil || pod.Annotations[defaultContainerAnnotation] == "" {
@@ -194,6 +203,9 @@ func (inj *Injector) mutate(pod *corev1.Pod, pl *plan) (Result, error) {
 	for _, v := range sidecarVolumes(pl) {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, v)
 		st.Volumes = append(st.Volumes, v.Name)
+	}
+	if pl.scrape {
+		st.Annotations = addScrapeAnnotations(pod, pl.adminPort)
 	}
 	setLabel(pod, LabelInjected, "true")
 	if pl.store == config.StoreGossip {

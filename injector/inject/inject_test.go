@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -114,6 +115,53 @@ func TestRenderedConfigParses(t *testing.T) {
 	}
 }
 
+// TestMemoryDerivation: the sidecar's GOMEMLIMIT and the stores'
+// maxEntries follow its memory limit (the chart's, or the pod's own).
+func TestMemoryDerivation(t *testing.T) {
+	inj, err := inject.New(testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		memory, goMemLimit string
+		maxEntries         int
+	}{
+		{"", "230MiB", config.MaxEntriesFor(230 << 20)}, // the chart's 256Mi
+		{"128Mi/512Mi", "460MiB", config.MaxEntriesFor(460 << 20)},
+		{"2Gi/4Gi", "3686MiB", config.DefaultMaxEntries}, // more than the default needs
+	} {
+		ann := map[string]string{
+			inject.AnnotationSources: "Header:X-Session-ID", inject.AnnotationBackendSelector: "app=vllm",
+			inject.AnnotationBackendPort: "8000", inject.AnnotationStore: "gossip",
+		}
+		if c.memory != "" {
+			ann[inject.AnnotationProxyMemory] = c.memory
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "r-", Labels: map[string]string{"app": "r"}, Annotations: ann},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "r"}}},
+		}
+		res, err := inj.Inject(pod, inject.Request{Namespace: "llm", NamespaceSelected: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := map[string]string{}
+		for _, e := range res.Pod.Spec.InitContainers[0].Env {
+			env[e.Name] = e.Value
+		}
+		if env[inject.EnvGoMemLimit] != c.goMemLimit {
+			t.Errorf("%q: GOMEMLIMIT %q, want %q", c.memory, env[inject.EnvGoMemLimit], c.goMemLimit)
+		}
+		cfg, err := config.Parse([]byte(inject.ExpandKubeletEnv(env[inject.EnvConfig], map[string]string{"POD_IP": "10.0.0.7"})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Store.Memory.MaxEntries != c.maxEntries || cfg.Store.Gossip.MaxEntries != c.maxEntries {
+			t.Errorf("%q: maxEntries memory %d, gossip %d, want %d", c.memory, cfg.Store.Memory.MaxEntries, cfg.Store.Gossip.MaxEntries, c.maxEntries)
+		}
+	}
+}
+
 func TestNewOptions(t *testing.T) {
 	for _, o := range []inject.Options{
 		{},
@@ -123,6 +171,7 @@ func TestNewOptions(t *testing.T) {
 		{Image: "x", RedisUsername: "a b"},
 		{Image: "x", PreStopSleep: -time.Second},
 		{Image: "x", PreStopSleep: 1500 * time.Millisecond},
+		{Image: "x", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}},
 	} {
 		if _, err := inject.New(o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
@@ -148,6 +197,12 @@ func FuzzParseAnnotations(f *testing.F) {
 	f.Add("redis-tls", "true")
 	f.Add("inject", "true")
 	f.Add("source", "x")
+	f.Add("log-level", "debug")
+	f.Add("proxy-cpu", "100m/500m")
+	f.Add("proxy-memory", "128Mi/1Gi")
+	f.Add("proxy-memory", "1e3/2e3")
+	f.Add("prometheus-scrape", "true")
+	f.Add("session-token-secret", "router-token")
 	inj, err := inject.New(testOptions())
 	if err != nil {
 		f.Fatal(err)

@@ -50,6 +50,20 @@ const (
 	AnnotationJWTIssuer     = Prefix + "jwt-issuer"
 	AnnotationJWTAudience   = Prefix + "jwt-audience"
 
+	// Per-pod knobs of the sidecar container (they apply with a ConfigMap
+	// config too).
+	AnnotationLogLevel = Prefix + "log-level"
+	// AnnotationProxyCPU and AnnotationProxyMemory are "REQUEST" or
+	// "REQUEST/LIMIT" (Kubernetes quantities: 100m, 100m/500m, 128Mi/512Mi).
+	AnnotationProxyCPU    = Prefix + "proxy-cpu"
+	AnnotationProxyMemory = Prefix + "proxy-memory"
+	// AnnotationPrometheusScrape "true" adds prometheus.io/scrape, port and
+	// path for the sidecar's admin port; "false" keeps a chart-wide default off.
+	AnnotationPrometheusScrape = Prefix + "prometheus-scrape"
+	// AnnotationSessionTokenSecret names the Secret (key "key") whose HMAC
+	// key signs and verifies the pool's session tokens (Token sources).
+	AnnotationSessionTokenSecret = Prefix + "session-token-secret"
+
 	// AnnotationConfig names a ConfigMap (key config.yaml) holding a full,
 	// possibly multi-pool, sidecar config instead of the pool annotations.
 	AnnotationConfig = Prefix + "config"
@@ -95,6 +109,8 @@ const (
 	JWTDir              = SecretsDir + "/jwt"
 	JWTHMACSecretKey    = "hmac-secret"
 	JWTPublicKeyKey     = "public.pem"
+	SessionTokenDir     = SecretsDir + "/session-token"
+	SessionTokenKey     = "key"
 	serviceAccountMount = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
@@ -113,7 +129,27 @@ const (
 	DefaultListenPort = config.DefaultListenPort
 	// EnvConfig carries the rendered config when no ConfigMap is used.
 	EnvConfig = "TETHER_CONFIG"
+	// EnvGoMemLimit is set from the sidecar's memory limit (see
+	// config.GoMemLimit); the sidecar derives its stores' default
+	// maxEntries from it, and the injector writes that maxEntries into a
+	// rendered config.
+	EnvGoMemLimit = "GOMEMLIMIT"
 )
+
+// Prometheus' conventional scrape annotations, added for the sidecar's
+// admin port when asked (AnnotationPrometheusScrape or the chart's
+// sidecar.prometheusScrape).
+const (
+	PrometheusScrape = "prometheus.io/scrape"
+	PrometheusPort   = "prometheus.io/port"
+	PrometheusPath   = "prometheus.io/path"
+	// MetricsPath is the sidecar's metrics endpoint on its admin port.
+	MetricsPath = "/metrics"
+)
+
+// prometheusAnnotations are the keys a pod can hold only once: one port
+// and path per pod.
+var prometheusAnnotations = []string{PrometheusScrape, PrometheusPort, PrometheusPath, "prometheus.io/scheme"}
 
 // Volume names the injector adds; listed in the status annotation.
 const (
@@ -121,4 +157,5 @@ const (
 	volRedis  = "tether-redis-password"
 	volGossip = "tether-gossip-key"
 	volJWT    = "tether-jwt"
+	volToken  = "tether-session-token"
 )

@@ -21,6 +21,11 @@ const (
 	SkipExcludedNS      SkipReason = "excluded_namespace"
 )
 
+// SkipReasons lists every skip reason, for metrics that show each from the start.
+var SkipReasons = []SkipReason{
+	SkipOptedOut, SkipAlreadyInjected, SkipHostNetwork, SkipNotSelected, SkipNoAnnotations, SkipExcludedNS,
+}
+
 // Status is the tether.dev/status annotation: what this injector added,
 // so a reinvocation leaves the pod alone and a newer injector can strip
 // exactly this and render again.
@@ -29,6 +34,8 @@ type Status struct {
 	Native     bool     `json:"native"`
 	Containers []string `json:"containers"`
 	Volumes    []string `json:"volumes,omitempty"`
+	// Annotations the injector added (Prometheus' scrape annotations).
+	Annotations []string `json:"annotations,omitempty"`
 }
 
 func (s Status) String() string {
@@ -63,6 +70,9 @@ func strip(pod *corev1.Pod, st *Status) {
 	}
 	if len(pod.Spec.Volumes) == 0 {
 		pod.Spec.Volumes = nil
+	}
+	for _, k := range st.Annotations {
+		delete(pod.Annotations, k)
 	}
 	delete(pod.Annotations, AnnotationStatus)
 	for _, k := range injectorLabels {

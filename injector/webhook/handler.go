@@ -61,10 +61,13 @@ func New(inj *inject.Injector, log *slog.Logger, reg prometheus.Registerer) (*Ha
 			return nil, err
 		}
 	}
-	// Zero series for the common results, so dashboards see them before
-	// the first admission of each kind.
-	for _, r := range []string{ResultInjected, ResultDenied, ResultError} {
+	// Zero series for every result, so dashboards and alerts see them
+	// before the first admission of each kind.
+	for _, r := range []string{ResultInjected, ResultDenied, ResultError, ResultNotPod, ResultNotCreate} {
 		h.admissions.WithLabelValues(r)
+	}
+	for _, r := range inject.SkipReasons {
+		h.admissions.WithLabelValues(string(r))
 	}
 	return h, nil
 }

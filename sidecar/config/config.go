@@ -283,7 +283,8 @@ func Load(path string) (*Config, error) {
 const MaxConfigBytes = 1 << 20
 
 // Parse decodes YAML or JSON strictly (unknown fields are errors), applies
-// defaults and validates.
+// defaults and validates. The stores' default maxEntries follows the
+// process's Go memory limit (GOMEMLIMIT, see MaxEntriesFor).
 func Parse(b []byte) (*Config, error) {
 	if len(b) > MaxConfigBytes {
 		return nil, fmt.Errorf("config: document is %d bytes, limit is %d", len(b), MaxConfigBytes)
@@ -308,6 +309,7 @@ func Parse(b []byte) (*Config, error) {
 	if len(strict) > 0 {
 		return nil, fmt.Errorf("config: %w", errors.Join(strict...))
 	}
+	c.Store.DefaultMaxEntries(MaxEntriesFor(runtimeMemoryLimit()))
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
