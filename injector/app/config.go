@@ -18,6 +18,7 @@ import (
 	"github.com/tetherproxy/tether/injector/certs"
 	"github.com/tetherproxy/tether/injector/inject"
 	"github.com/tetherproxy/tether/injector/webhook"
+	"github.com/tetherproxy/tether/sidecar/config"
 )
 
 // Version is recorded in the pods' tether.dev/status annotation; release
@@ -123,7 +124,7 @@ func (c *Config) injectOptions() (inject.Options, error) {
 		ImagePullPolicy:     corev1.PullPolicy(c.SidecarPullPolicy),
 		PlainContainer:      !c.NativeSidecar,
 		Version:             Version,
-		Store:               c.DefaultStore,
+		Store:               config.StoreBackend(c.DefaultStore),
 		RedisAddress:        c.RedisAddress,
 		RedisPasswordSecret: c.RedisPasswordSecret,
 		GossipKeySecret:     c.GossipKeySecret,

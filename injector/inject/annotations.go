@@ -30,9 +30,9 @@ type Annotations struct {
 	PrefillSelector     string
 	DecodeSelector      string
 	PDGroupLabel        string
-	Affinity            string
+	Affinity            config.AffinityMode
 	ListenPort          int
-	Store               string
+	Store               config.StoreBackend
 	RedisAddresses      []string
 	RedisPasswordSecret string
 	GossipKeySecret     string
@@ -177,7 +177,7 @@ func parseSources(v string, a *Annotations, p *problems) string {
 			if !ok {
 				return fmt.Sprintf("entry %q must be Type:Name (for example Header:X-Session-ID)", entry)
 			}
-			sources = append(sources, config.Source{Type: strings.TrimSpace(typ), Name: strings.TrimSpace(name)})
+			sources = append(sources, config.Source{Type: config.SourceType(strings.TrimSpace(typ)), Name: strings.TrimSpace(name)})
 		}
 	}
 	before := len(*p)
@@ -261,10 +261,11 @@ func parseGroupLabel(v string, a *Annotations, _ *problems) string {
 }
 
 func parseAffinity(v string, a *Annotations, _ *problems) string {
-	if v != config.AffinityHard && v != config.AffinitySoft {
+	mode := config.AffinityMode(v)
+	if mode != config.AffinityHard && mode != config.AffinitySoft {
 		return fmt.Sprintf("unknown mode %q (want hard or soft)", v)
 	}
-	a.Affinity = v
+	a.Affinity = mode
 	return ""
 }
 
@@ -281,9 +282,9 @@ func parseListenPort(v string, a *Annotations, _ *problems) string {
 }
 
 func parseStore(v string, a *Annotations, _ *problems) string {
-	switch v {
+	switch b := config.StoreBackend(v); b {
 	case config.StoreMemory, config.StoreGossip, config.StoreRedis:
-		a.Store = v
+		a.Store = b
 		return ""
 	}
 	return fmt.Sprintf("unknown store %q (want memory, gossip or redis)", v)

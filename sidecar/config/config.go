@@ -33,17 +33,20 @@ type Config struct {
 
 // Store selects and configures where bindings live.
 type Store struct {
-	Backend string       `json:"backend,omitempty"` // memory | gossip | redis
+	Backend StoreBackend `json:"backend,omitempty"`
 	Memory  MemoryStore  `json:"memory,omitempty"`
 	Redis   *RedisStore  `json:"redis,omitempty"`
 	Gossip  *GossipStore `json:"gossip,omitempty"`
 }
 
+// StoreBackend says where bindings live.
+type StoreBackend string
+
 // Store backends.
 const (
-	StoreMemory = "memory"
-	StoreGossip = "gossip"
-	StoreRedis  = "redis"
+	StoreMemory StoreBackend = "memory"
+	StoreGossip StoreBackend = "gossip"
+	StoreRedis  StoreBackend = "redis"
 )
 
 // MemoryStore bounds the per-process store.
@@ -158,6 +161,29 @@ func (p *Pool) Load() *LoadMetrics {
 	return p.LoadMetrics
 }
 
+// RoutingHeaders are the request headers that carry the sidecar's own
+// routing state for this pool, which a client's value must never reach a
+// backend in: the PD prefill headers (the sidecar sets them for the decode
+// pod; a client's value would aim its prefill request at a host of the
+// client's choosing, so the defaults are listed for every pool), the
+// endpoint header of the Gateway API inference extension, and the session
+// tokens (the sidecar's routing state, not the model server's business).
+func (p *Pool) RoutingHeaders() []string {
+	hs := []string{DefaultPrefillHeader, "x-gateway-destination-endpoint"}
+	if p.Backends.PrefillHeader != "" {
+		hs = append(hs, p.Backends.PrefillHeader)
+	}
+	if t := p.SessionToken; t != nil {
+		hs = append(hs, t.Header, t.PrefillHeader)
+	}
+	for _, s := range p.SessionSticky.Sources {
+		if s.Type == SourceToken {
+			hs = append(hs, s.Name)
+		}
+	}
+	return hs
+}
+
 // SessionToken configures tether's stateless session tokens.
 type SessionToken struct {
 	// Header is the response header the token of the chosen backend is
@@ -187,23 +213,26 @@ func (s SessionSticky) TTL() time.Duration {
 
 // Source is one place a session key may come from.
 type Source struct {
-	Type string `json:"type"`
-	Name string `json:"name"`
+	Type SourceType `json:"type"`
+	Name string     `json:"name"`
 }
+
+// SourceType is the kind of place a session key is read from.
+type SourceType string
 
 // Source types.
 const (
-	SourceHeader   = "Header"
-	SourceQuery    = "Query"
-	SourceCookie   = "Cookie"
-	SourceJWTClaim = "JWTClaim"
+	SourceHeader   SourceType = "Header"
+	SourceQuery    SourceType = "Query"
+	SourceCookie   SourceType = "Cookie"
+	SourceJWTClaim SourceType = "JWTClaim"
 	// SourceToken reads the header Name as a session token written by
 	// the sidecar (pool.sessionToken): it names a backend, not a session.
-	SourceToken = "Token"
+	SourceToken SourceType = "Token"
 )
 
 // SourceTypes lists the valid source types in the order errors name them.
-var SourceTypes = []string{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken}
+var SourceTypes = []SourceType{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken}
 
 // Backends says where a pool's model servers are: a static list, a
 // Kubernetes selector, or prefill/decode selectors for PD pools.
@@ -230,19 +259,24 @@ func (b Backends) IsPD() bool { return b.Prefill != nil || b.Decode != nil }
 
 // Affinity is the pool's pinning policy.
 type Affinity struct {
-	Mode       string `json:"mode,omitempty"` // hard | soft
-	MaxWaiting int    `json:"maxWaiting,omitempty"`
-	LoadMargin int    `json:"loadMargin,omitempty"`
+	Mode       AffinityMode `json:"mode,omitempty"`
+	MaxWaiting int          `json:"maxWaiting,omitempty"`
+	LoadMargin int          `json:"loadMargin,omitempty"`
 	// Cooldown is how long after a session was moved (a broken pin or a
 	// rebind) soft affinity leaves it alone, so sessions do not flap.
 	// Zero means DefaultAffinityCooldown (see CooldownOrDefault).
 	Cooldown Duration `json:"cooldown,omitzero"`
 }
 
+// AffinityMode is a pool's pinning policy.
+type AffinityMode string
+
 // Affinity modes.
 const (
-	AffinityHard = "hard"
-	AffinitySoft = "soft"
+	// AffinityHard pins a session while its backend is selectable (Kthena's rule).
+	AffinityHard AffinityMode = "hard"
+	// AffinitySoft breaks a pin whose backend is overloaded by a margin.
+	AffinitySoft AffinityMode = "soft"
 )
 
 // Duration is a time.Duration written as a Go duration string ("50ms", "5m").

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/session"
@@ -23,11 +24,8 @@ import (
 // are about bindings, not extraction.
 type headerKeys struct{}
 
-func (headerKeys) Extract(r *http.Request) (string, string) {
-	if k := r.Header.Get("X-Session-ID"); k != "" {
-		return k, "Header"
-	}
-	return "", ""
+func (headerKeys) Extract(r *http.Request) session.Key {
+	return session.Key{Value: r.Header.Get("X-Session-ID"), Source: config.SourceHeader}
 }
 
 // fakeSource is a discovery.Source whose Set the test replaces.
@@ -90,7 +88,7 @@ func (f *fixture) resolve(t *testing.T, key string) *Decision {
 func TestNoKeyBalancesWithoutBinding(t *testing.T) {
 	f := newFixture(t, nil, newSource(be("a"), be("b")), false)
 	d := f.resolve(t, "")
-	if d.Decision != metrics.DecisionNone || d.Backend.ID == "" {
+	if d.Outcome != None || d.Backend.ID == "" {
 		t.Fatalf("decision = %+v", d)
 	}
 	if n := f.store.(store.Counter).Len(); n != 0 {
@@ -101,12 +99,12 @@ func TestNoKeyBalancesWithoutBinding(t *testing.T) {
 func TestMissThenHitsStick(t *testing.T) {
 	f := newFixture(t, nil, newSource(be("a"), be("b"), be("c")), false)
 	first := f.resolve(t, "s1")
-	if first.Decision != metrics.DecisionMiss || first.Source != "Header" {
+	if first.Outcome != Miss || first.Source != "Header" {
 		t.Fatalf("first = %+v", first)
 	}
 	for i := 0; i < 20; i++ {
 		d := f.resolve(t, "s1")
-		if d.Decision != metrics.DecisionHit || d.Backend.ID != first.Backend.ID {
+		if d.Outcome != Hit || d.Backend.ID != first.Backend.ID {
 			t.Fatalf("turn %d: %+v, want hit on %s", i, d, first.Backend.ID)
 		}
 	}
@@ -138,7 +136,7 @@ func TestRebindWhenBoundBackendLeaves(t *testing.T) {
 	}
 	src.put([]discovery.Backend{other}, nil)
 	d := f.resolve(t, "s1")
-	if d.Decision != metrics.DecisionRebind || d.Backend.ID != other.ID {
+	if d.Outcome != Rebind || d.Backend.ID != other.ID {
 		t.Fatalf("after removal: %+v, want rebind to %s", d, other.ID)
 	}
 	if d.binding.Gen != first.binding.Gen+1 {
@@ -147,7 +145,7 @@ func TestRebindWhenBoundBackendLeaves(t *testing.T) {
 	// The old backend returns: the session stays where it was rebound.
 	src.put([]discovery.Backend{be("a"), be("b")}, nil)
 	for i := 0; i < 10; i++ {
-		if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionHit || d.Backend.ID != other.ID {
+		if d := f.resolve(t, "s1"); d.Outcome != Hit || d.Backend.ID != other.ID {
 			t.Fatalf("session moved back: %+v", d)
 		}
 	}
@@ -163,7 +161,7 @@ func TestBindingOlderThanBackendLifeIsStale(t *testing.T) {
 	back.Since = f.now
 	src.put([]discovery.Backend{back, be("b")}, nil)
 	d := f.resolve(t, "s1")
-	if d.Decision != metrics.DecisionRebind {
+	if d.Outcome != Rebind {
 		t.Fatalf("binding from before the backend's current life was used: %+v", d)
 	}
 }
@@ -175,7 +173,7 @@ func TestRetryMarksFailedAndRebinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Backend.ID == first.Backend.ID || d.Decision != metrics.DecisionRebind {
+	if d.Backend.ID == first.Backend.ID || d.Outcome != Rebind {
 		t.Fatalf("retry = %+v, want rebind away from %s", d, first.Backend.ID)
 	}
 	// While failed, no session (new or keyless) goes to the failed backend.
@@ -184,7 +182,7 @@ func TestRetryMarksFailedAndRebinds(t *testing.T) {
 			t.Fatal("failed backend chosen for a keyless request")
 		}
 	}
-	if got := f.resolve(t, "s1"); got.Decision != metrics.DecisionHit || got.Backend.ID != d.Backend.ID {
+	if got := f.resolve(t, "s1"); got.Outcome != Hit || got.Backend.ID != d.Backend.ID {
 		t.Fatalf("next turn = %+v, want hit on %s", got, d.Backend.ID)
 	}
 	// After the fail timeout the backend is selectable again.
@@ -213,7 +211,7 @@ func TestPoolsAreIndependent(t *testing.T) {
 	f2 := newFixture(t, m, src, false)
 	f2.r.o.Pool = "ns/other"
 	f1.resolve(t, "same-key")
-	if d := f2.resolve(t, "same-key"); d.Decision != metrics.DecisionMiss {
+	if d := f2.resolve(t, "same-key"); d.Outcome != Miss {
 		t.Fatalf("second pool saw the first pool's binding: %+v", d)
 	}
 }
@@ -236,7 +234,7 @@ func (failingStore) CompareAndDelete(context.Context, string, store.Binding) (bo
 func TestStoreErrorDegradesToUnsticky(t *testing.T) {
 	f := newFixture(t, failingStore{}, newSource(be("a"), be("b")), false)
 	d := f.resolve(t, "s1")
-	if d.Decision != metrics.DecisionNone || !d.StoreError || d.Backend.ID == "" {
+	if d.Outcome != None || !d.StoreError || d.Backend.ID == "" {
 		t.Fatalf("decision on store error = %+v", d)
 	}
 }
@@ -275,7 +273,7 @@ func TestPDPairPinnedAndReplacedInGroup(t *testing.T) {
 	}
 	for i := 0; i < 10; i++ {
 		got := f.resolve(t, "s1")
-		if got.Decision != metrics.DecisionHit || got.Backend.ID != first.Backend.ID || got.Prefill.ID != first.Prefill.ID {
+		if got.Outcome != Hit || got.Backend.ID != first.Backend.ID || got.Prefill.ID != first.Prefill.ID {
 			t.Fatalf("pair moved: %+v", got)
 		}
 	}
@@ -294,7 +292,7 @@ func TestPDPairPinnedAndReplacedInGroup(t *testing.T) {
 	}
 	src.put([]discovery.Backend{d("d1", "g1"), d("d2", "g2")}, []discovery.Backend{keep})
 	got := f.resolve(t, "s2")
-	if got.Decision != metrics.DecisionRebind || got.Backend.ID != "d1" || got.Prefill.ID != keep.ID {
+	if got.Outcome != Rebind || got.Backend.ID != "d1" || got.Prefill.ID != keep.ID {
 		t.Fatalf("after losing the prefill pod: %+v / %+v, want d1 / %s", got.Backend, got.Prefill, keep.ID)
 	}
 }

@@ -114,18 +114,12 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	scrapeTransport := proxy.NewTransport(proxy.TransportOptions{DialTimeout: cfg.Proxy.DialTimeout.Duration, Allowed: s.discovered})
 	s.closers = append(s.closers, scrapeTransport.CloseIdleConnections)
 	byListen := map[string][]proxy.Pool{}
-	tokenHeaders := map[string][]string{} // Token sources' request headers, by listen
 	var order []string
 	shared := poolDeps{deps: deps, store: st, claims: claims, failed: failed, metrics: m, scrapes: &http.Client{Transport: scrapeTransport}}
 	for _, pc := range cfg.Pools {
 		pp, err := s.newPool(pc, shared)
 		if err != nil {
 			return nil, err
-		}
-		for _, src := range pc.SessionSticky.Sources {
-			if src.Type == config.SourceToken {
-				tokenHeaders[pc.Listen] = append(tokenHeaders[pc.Listen], src.Name)
-			}
 		}
 		if _, seen := byListen[pc.Listen]; !seen {
 			order = append(order, pc.Listen)
@@ -142,7 +136,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	for _, listen := range order {
 		h := proxy.New(proxy.Options{
 			Pools: byListen[listen], MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
-			Transport: transport, Metrics: m, AccessLog: log, StripHeaders: append(stripHeaders(byListen[listen]), tokenHeaders[listen]...),
+			Transport: transport, Metrics: m, AccessLog: log,
 		})
 		s.servers = append(s.servers, &http.Server{
 			Addr:              listen,
@@ -192,7 +186,7 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	if sh.claims != nil {
 		keys = sh.claims // never a typed nil in the interface
 	}
-	pp := proxy.Pool{Name: pc.Name, Models: pc.Models, Balancer: bal, PrefillHeader: pc.Backends.PrefillHeader}
+	pp := proxy.Pool{Name: pc.Name, Models: pc.Models, Balancer: bal, PrefillHeader: pc.Backends.PrefillHeader, StripHeaders: pc.RoutingHeaders()}
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
 		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
@@ -206,33 +200,12 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 		}
 		extractOpts = append(extractOpts, session.WithTokens(codec))
 		ro.Tokens = codec
-		pp.Tokens, pp.TokenHeader, pp.PrefillTokenHeader = codec, tc.Header, tc.PrefillHeader
 	}
 	ro.Keys = session.NewExtractor(pc.SessionSticky.Sources, keys, extractOpts...)
 	r := resolve.New(ro)
 	pp.Resolver = r
 	s.pools[pc.Name] = &poolState{cfg: pc, source: src, resolver: r}
 	return pp, nil
-}
-
-// stripHeaders are routing headers a client must never set: the PD
-// prefill header names of every pool on the listener (the sidecar sets
-// them itself, and a client's value would aim the decode pod's prefill
-// request at a host of the client's choosing).
-func stripHeaders(pools []proxy.Pool) []string {
-	var hs []string
-	hs = append(hs, config.DefaultPrefillHeader, "x-gateway-destination-endpoint")
-	for _, p := range pools {
-		if p.PrefillHeader != "" {
-			hs = append(hs, p.PrefillHeader)
-		}
-		// Session tokens are the sidecar's routing state, not the model
-		// server's business.
-		if p.Tokens != nil {
-			hs = append(hs, p.TokenHeader, p.PrefillTokenHeader)
-		}
-	}
-	return hs
 }
 
 // discovered is the transport's dial guard: only addresses of backends

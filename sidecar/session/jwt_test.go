@@ -49,12 +49,12 @@ func TestExtractWithVerifier(t *testing.T) {
 	r, _ := http.NewRequest("GET", "http://x/", nil)
 	r.Header.Set("Authorization", "Bearer "+tok(secret))
 	r.Header.Set("X-Session-ID", "h")
-	if key, typ := e.Extract(r); key != "alice" || typ != config.SourceJWTClaim {
-		t.Fatalf("signed token: Extract = %q, %q", key, typ)
+	if k := e.Extract(r); k.Value != "alice" || k.Source != config.SourceJWTClaim {
+		t.Fatalf("signed token: Extract = %q, %q", k.Value, k.Source)
 	}
 	r.Header.Set("Authorization", "Bearer "+tok([]byte("forged-forged-forged-forged-1234")))
-	if key, typ := e.Extract(r); key != "h" || typ != config.SourceHeader {
-		t.Fatalf("forged token: Extract = %q, %q", key, typ)
+	if k := e.Extract(r); k.Value != "h" || k.Source != config.SourceHeader {
+		t.Fatalf("forged token: Extract = %q, %q", k.Value, k.Source)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
