@@ -37,7 +37,7 @@ func parseFlags(t *testing.T, args ...string) app.Config {
 	t.Helper()
 	var cfg app.Config
 	fs := flag.NewFlagSet("tether-injector", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
+	cfg.RegisterFlags(fs, "")
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -76,13 +75,15 @@ type Config struct {
 // the sidecar image, then app.New).
 func DefaultConfig() Config {
 	var c Config
-	c.RegisterFlags(flag.NewFlagSet("tether-injector", flag.ContinueOnError))
+	c.RegisterFlags(flag.NewFlagSet("tether-injector", flag.ContinueOnError), "")
 	return c
 }
 
 // RegisterFlags binds every field to a flag on fs, with its default.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	ns := os.Getenv("POD_NAMESPACE")
+// podNamespace (main reads the downward-API env POD_NAMESPACE) is the
+// default of --namespace when set.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, podNamespace string) {
+	ns := podNamespace
 	if ns == "" {
 		ns = "tether-system"
 	}

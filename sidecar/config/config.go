@@ -129,6 +129,32 @@ type Pool struct {
 	SessionToken *SessionToken `json:"sessionToken,omitempty"`
 }
 
+// Listener is one address the sidecar serves pools on.
+type Listener struct {
+	Addr string
+	// Pools are the indexes in Config.Pools of the pools served here, in
+	// document order; with more than one, a request's "model" picks.
+	Pools []int
+}
+
+// Listeners groups the pools by their listen address, in order of first
+// use (so errors and startup come in document order). Call SetDefaults
+// first: a pool without listen is served on Config.Listen.
+func (c *Config) Listeners() []Listener {
+	var ls []Listener
+	at := map[string]int{}
+	for i, p := range c.Pools {
+		j, seen := at[p.Listen]
+		if !seen {
+			j = len(ls)
+			at[p.Listen] = j
+			ls = append(ls, Listener{Addr: p.Listen})
+		}
+		ls[j].Pools = append(ls[j].Pools, i)
+	}
+	return ls
+}
+
 // LoadMetrics configures scraping each backend's Prometheus endpoint.
 // Metric names are lists: the first one a backend exposes is used, so one
 // list covers vLLM (both generations of names) and SGLang.
@@ -264,7 +290,7 @@ type Affinity struct {
 	LoadMargin int          `json:"loadMargin,omitempty"`
 	// Cooldown is how long after a session was moved (a broken pin or a
 	// rebind) soft affinity leaves it alone, so sessions do not flap.
-	// Zero means DefaultAffinityCooldown (see CooldownOrDefault).
+	// SetDefaults sets DefaultAffinityCooldown in soft pools.
 	Cooldown Duration `json:"cooldown,omitzero"`
 }
 

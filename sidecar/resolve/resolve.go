@@ -118,7 +118,7 @@ type Affinity struct {
 // AffinityFrom converts a pool's config.
 func AffinityFrom(a config.Affinity) Affinity {
 	return Affinity{Soft: a.Mode == config.AffinitySoft, MaxWaiting: float64(a.MaxWaiting),
-		LoadMargin: float64(a.LoadMargin), Cooldown: a.CooldownOrDefault()}
+		LoadMargin: float64(a.LoadMargin), Cooldown: a.Cooldown.Duration}
 }
 
 // LoadReader reports a backend's scraped queue length; ok is false

@@ -53,7 +53,7 @@ type fixture struct {
 func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture {
 	t.Helper()
 	if st == nil {
-		m := memory.New(memory.Options{MaxEntries: 1000})
+		m := newMemory(t, 1000)
 		t.Cleanup(func() { m.Close() })
 		st = m
 	}
@@ -66,6 +66,16 @@ func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture
 		Now:     func() time.Time { return f.now },
 	})
 	return f
+}
+
+// newMemory is a memory store of at most n bindings.
+func newMemory(t testing.TB, n int) *memory.Store {
+	t.Helper()
+	m, err := memory.New(context.Background(), &config.MemoryStore{MaxEntries: n}, memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func req(key string) *http.Request {
@@ -205,7 +215,7 @@ func TestNoBackend(t *testing.T) {
 
 func TestPoolsAreIndependent(t *testing.T) {
 	src := newSource(be("a"), be("b"), be("c"), be("d"))
-	m := memory.New(memory.Options{MaxEntries: 100})
+	m := newMemory(t, 100)
 	defer m.Close()
 	f1 := newFixture(t, m, src, false)
 	f2 := newFixture(t, m, src, false)
@@ -251,7 +261,7 @@ func (s racingStore) Create(ctx context.Context, key string, _ store.Binding, tt
 }
 
 func TestCreateRaceUsesWinner(t *testing.T) {
-	m := memory.New(memory.Options{MaxEntries: 100})
+	m := newMemory(t, 100)
 	defer m.Close()
 	src := newSource(be("a"), be("b"), be("c"))
 	f := newFixture(t, racingStore{Store: m, peer: store.Binding{Pod: "c", Gen: 1}}, src, false)
@@ -298,7 +308,7 @@ func TestPDPairPinnedAndReplacedInGroup(t *testing.T) {
 }
 
 func BenchmarkResolveHit(b *testing.B) {
-	m := memory.New(memory.Options{MaxEntries: 1000})
+	m := newMemory(b, 1000)
 	defer m.Close()
 	r := New(Options{
 		Pool: "ns/pool", TTL: time.Minute, Keys: headerKeys{}, Store: m,

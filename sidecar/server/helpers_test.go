@@ -63,6 +63,9 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 type sidecar struct {
 	srv  *server.Server
 	logs *syncBuffer
+	// stop ends Run (as SIGTERM does), waits for it and returns its
+	// error; the test's cleanup calls it too.
+	stop func() error
 }
 
 // startSidecar parses doc (YAML; listen addresses may use port 0), starts
@@ -85,13 +88,17 @@ func startSidecar(t testing.TB, doc string) *sidecar {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	sc := &sidecar{srv: srv, logs: logs, stop: func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := sc.stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	sc := &sidecar{srv: srv, logs: logs}
 	eventually(t, 10*time.Second, "sidecar ready", func() bool {
 		resp, err := http.Get(sc.admin("/readyz"))
 		if err != nil {

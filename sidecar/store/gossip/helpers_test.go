@@ -187,7 +187,8 @@ func newNode(tn *testNet, name string, join []string, opts ...nodeOpt) (*Store, 
 	for _, f := range opts {
 		f(cfg, &o)
 	}
-	return New(context.Background(), cfg, o, prometheus.NewRegistry(), testLogger().With("node", name))
+	o.Reg, o.Log = prometheus.NewRegistry(), testLogger().With("node", name)
+	return New(context.Background(), cfg, o)
 }
 
 // production undoes the test timers: memberlist's LAN defaults and the

@@ -71,9 +71,8 @@ func TestKubernetesDiscoveryNeedsClientAndNamespace(t *testing.T) {
 		"no client":    {Namespace: "llm"},
 		"no namespace": {KubeClient: fake.NewClientset()},
 	} {
-		t.Setenv("POD_NAMESPACE", "")
 		cfg := &config.GossipStore{Bind: "127.0.0.1:0", Discovery: config.PeersKubernetes, PeerSelector: "app=router", MaxEntries: 10}
-		if s, err := New(context.Background(), cfg, o, nil, nil); err == nil {
+		if s, err := New(context.Background(), cfg, o); err == nil {
 			_ = s.Close()
 			t.Errorf("%s: started", name)
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
@@ -43,11 +44,8 @@ type entry struct {
 	prev, next *entry
 }
 
-// Options tune a Store.
+// Options tune a Store beyond its config.
 type Options struct {
-	// MaxEntries caps the number of bindings; the least recently used go
-	// first when a new one would exceed it.
-	MaxEntries int
 	// SweepInterval is how often expired entries are freed (they are never
 	// returned in between). Default 1s.
 	SweepInterval time.Duration
@@ -55,11 +53,12 @@ type Options struct {
 	Now func() time.Time
 }
 
-// New returns a Store and starts its sweeper; Close stops it.
-func New(o Options) *Store {
-	if o.MaxEntries < 1 {
-		o.MaxEntries = 1
-	}
+// New returns a Store of at most cfg.MaxEntries bindings (the least
+// recently used go first when a new one would exceed it) and starts its
+// sweeper; Close stops it. It has the shape of every store's New; nothing
+// here can fail or wait, so ctx is unused and the error always nil.
+func New(_ context.Context, cfg *config.MemoryStore, o Options) (*Store, error) {
+	maxEntries := max(cfg.MaxEntries, 1)
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = time.Second
 	}
@@ -70,7 +69,7 @@ func New(o Options) *Store {
 		seed: maphash.MakeSeed(),
 		// Round the per-shard cap up so the total is never below MaxEntries
 		// and never more than shardCount-1 above it.
-		perShard: (o.MaxEntries + shardCount - 1) / shardCount,
+		perShard: (maxEntries + shardCount - 1) / shardCount,
 		now:      o.Now,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -79,7 +78,7 @@ func New(o Options) *Store {
 		s.shards[i].m = make(map[string]*entry)
 	}
 	go s.sweepLoop(o.SweepInterval)
-	return s
+	return s, nil
 }
 
 func (s *Store) shard(key string) *shard {

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
@@ -26,12 +27,21 @@ func (c *fakeClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.U
 func newStore(t *testing.T, max int) (*Store, *fakeClock) {
 	t.Helper()
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	s := New(Options{MaxEntries: max, Now: clk.Now, SweepInterval: time.Hour})
+	s := mustNew(t, max, Options{Now: clk.Now, SweepInterval: time.Hour})
 	t.Cleanup(func() { s.Close() })
 	return s, clk
 }
 
 var ctx = context.Background()
+
+func mustNew(t testing.TB, maxEntries int, o Options) *Store {
+	t.Helper()
+	s, err := New(ctx, &config.MemoryStore{MaxEntries: maxEntries}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 func TestCreateThenLookup(t *testing.T) {
 	s, clk := newStore(t, 100)
@@ -176,7 +186,7 @@ func TestSweepFreesExpired(t *testing.T) {
 }
 
 func TestBackgroundSweeper(t *testing.T) {
-	s := New(Options{MaxEntries: 100, SweepInterval: 64 * time.Millisecond})
+	s := mustNew(t, 100, Options{SweepInterval: 64 * time.Millisecond})
 	defer s.Close()
 	s.Create(ctx, "k", store.Binding{Pod: "a"}, time.Millisecond)
 	deadline := time.Now().Add(5 * time.Second)
@@ -210,7 +220,7 @@ func TestConcurrentCreatesConverge(t *testing.T) {
 }
 
 func TestCloseIsIdempotent(t *testing.T) {
-	s := New(Options{MaxEntries: 1})
+	s := mustNew(t, 1, Options{})
 	s.Close()
 	s.Close()
 }
@@ -218,7 +228,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 // BenchmarkLookupRefresh is the sticky hot path: one lookup that slides the
 // TTL of an existing binding, from many goroutines.
 func BenchmarkLookupRefresh(b *testing.B) {
-	s := New(Options{MaxEntries: 1_000_000})
+	s := mustNew(b, 1_000_000, Options{})
 	defer s.Close()
 	const keys = 100_000
 	ks := make([]string, keys)

@@ -19,7 +19,7 @@ func benchStore(b *testing.B, c *tripCounter) (*Store, *redistest.Server) {
 		opts = c.options()
 	}
 	cfg := &config.RedisStore{Address: srv.Addr, Timeout: config.Duration{Duration: time.Second}, KeyPrefix: "tether"}
-	s, err := NewWithOptions(ctx, cfg, opts, nil, nil)
+	s, err := New(ctx, cfg, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

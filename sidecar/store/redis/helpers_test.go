@@ -61,7 +61,8 @@ func newEnv(t *testing.T, srv *redistest.Server, cfg *config.RedisStore, opts Op
 	}
 	e := &env{srv: srv, reg: prometheus.NewRegistry(), log: &syncBuf{}}
 	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s, err := NewWithOptions(context.Background(), cfg, opts, e.reg, log)
+	opts.Reg, opts.Log = e.reg, log
+	s, err := New(context.Background(), cfg, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -401,7 +401,7 @@ func TestReplyErrorKeepsBreakerClosed(t *testing.T) {
 func TestStartupUnreachable(t *testing.T) {
 	port := freePortFor(t)
 	cfg := cfgFor(&redistest.Server{Addr: "127.0.0.1:" + port})
-	_, err := NewWithOptions(ctx, cfg, Options{StartupTimeout: 300 * time.Millisecond}, nil, nil)
+	_, err := New(ctx, cfg, Options{StartupTimeout: 300 * time.Millisecond})
 	want := "store.redis: cannot reach 127.0.0.1:" + port + ": connection refused"
 	if err == nil || err.Error() != want {
 		t.Fatalf("New on a closed port: %v\nwant %s", err, want)
@@ -431,7 +431,7 @@ func TestStartupAuth(t *testing.T) {
 			if tc.password != "" {
 				cfg.PasswordFile = write(tc.name, tc.password)
 			}
-			_, err := NewWithOptions(ctx, cfg, Options{StartupTimeout: 300 * time.Millisecond}, nil, nil)
+			_, err := New(ctx, cfg, Options{StartupTimeout: 300 * time.Millisecond})
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Fatalf("New: %v\nwant prefix %s", err, tc.want)
 			}
@@ -448,7 +448,7 @@ func TestStartupAuth(t *testing.T) {
 	t.Run("missing password file", func(t *testing.T) {
 		cfg := cfgFor(srv)
 		cfg.PasswordFile = filepath.Join(dir, "nope")
-		_, err := New(ctx, cfg, nil, nil)
+		_, err := New(ctx, cfg, Options{})
 		if err == nil || !strings.Contains(err.Error(), "passwordFile") {
 			t.Fatalf("New: %v", err)
 		}
@@ -461,7 +461,7 @@ func TestStartupWaitsForRedis(t *testing.T) {
 	srv.Kill()
 	done := make(chan error, 1)
 	go func() {
-		s, err := NewWithOptions(ctx, cfgFor(srv), Options{StartupTimeout: 20 * time.Second}, nil, nil)
+		s, err := New(ctx, cfgFor(srv), Options{StartupTimeout: 20 * time.Second})
 		if err == nil {
 			s.Close()
 		}
@@ -505,7 +505,7 @@ func TestMetricsSharedRegistry(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newEnv(t, srv, nil, Options{})
 	// A second store on the same registry reuses the collectors.
-	s, err := New(ctx, cfgFor(srv), a.reg, nil)
+	s, err := New(ctx, cfgFor(srv), Options{Reg: a.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
