@@ -32,6 +32,7 @@ import (
 
 	"github.com/tetherproxy/tether/e2e/cluster"
 	"github.com/tetherproxy/tether/injector/rbac"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // The Helm chart on the real API server: scenario 10 applies it and checks
@@ -178,7 +179,7 @@ func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstru
 		"--kubeconfig="+c.ServiceAccountKubeconfig(t, chartNamespace, d.Spec.Template.Spec.ServiceAccountName))
 	p := cluster.StartProcess(t, "tether-injector", cluster.Binary(t, "tether-injector"), args, []string{"POD_NAMESPACE=" + chartNamespace})
 	inj := &injector{Process: p, webhook: webhook, admin: admin}
-	cluster.Eventually(t, time.Minute, "the injector's /readyz (serving certificate)", func() error {
+	testkit.Eventually(t, time.Minute, "the injector's /readyz (serving certificate)", func() error {
 		if p.Exited() {
 			t.Fatalf("tether-injector exited: %v\n%s", p.Err(), p.Tail(30))
 		}
@@ -199,7 +200,7 @@ func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstru
 // ns (present) or is gone (!present).
 func waitRoleBinding(t *testing.T, c *cluster.Cluster, ns string, present bool) {
 	t.Helper()
-	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v", rbac.DefaultBindingName, ns, present), func() error {
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v", rbac.DefaultBindingName, ns, present), func() error {
 		rb, err := c.Client().RbacV1().RoleBindings(ns).Get(context.Background(), rbac.DefaultBindingName, metav1.GetOptions{})
 		switch {
 		case present && err != nil:
@@ -303,7 +304,7 @@ func TestScenario10Chart(t *testing.T) {
 	// Unlabelling the namespace takes the rights away again.
 	setNamespaceLabel(t, c, "s10-app", "")
 	waitRoleBinding(t, c, "s10-app", false)
-	cluster.Eventually(t, 10*time.Second, "list pods to be forbidden after unlabelling", func() error {
+	testkit.Eventually(t, 10*time.Second, "list pods to be forbidden after unlabelling", func() error {
 		if _, err := sa.CoreV1().Pods("s10-app").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			return fmt.Errorf("list pods: %v", err)
 		}
@@ -338,7 +339,7 @@ func setNamespaceLabel(t *testing.T, c *cluster.Cluster, ns, value string) {
 func waitCABundle(t *testing.T, c *cluster.Cluster) []admissionregv1.MutatingWebhook {
 	t.Helper()
 	var hooks []admissionregv1.MutatingWebhook
-	cluster.Eventually(t, 30*time.Second, "caBundle on every webhook entry", func() error {
+	testkit.Eventually(t, 30*time.Second, "caBundle on every webhook entry", func() error {
 		mw, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), injectorName, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -29,6 +29,7 @@ import (
 
 	"github.com/tetherproxy/tether/injector/app"
 	"github.com/tetherproxy/tether/injector/certs"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -103,7 +104,7 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 	}()
 
 	var bundle []byte
-	eventually(t, func() bool {
+	testkit.Eventually(t, 15*time.Second, "the caBundle patched", func() bool {
 		cfg, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "tether-injector", metav1.GetOptions{})
 		if err == nil && len(cfg.Webhooks[1].ClientConfig.CABundle) > 0 {
 			bundle = cfg.Webhooks[1].ClientConfig.CABundle
@@ -220,7 +221,7 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 	}
 
 	// The RoleBinding controller ran too.
-	eventually(t, func() bool {
+	testkit.Eventually(t, 15*time.Second, "the RoleBinding in the labelled namespace", func() bool {
 		_, err := client.RbacV1().RoleBindings("llm").Get(ctx, "tether-sidecar", metav1.GetOptions{})
 		return err == nil
 	})
@@ -255,7 +256,7 @@ func TestCertDirMode(t *testing.T) {
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}}
 	defer tr.CloseIdleConnections()
 	var resp *http.Response
-	eventually(t, func() bool {
+	testkit.Eventually(t, 15*time.Second, "the webhook serving TLS", func() bool {
 		resp, err = (&http.Client{Transport: tr}).Get("https://" + a.WebhookAddr().String() + "/readyz")
 		return err == nil
 	})
@@ -285,15 +286,4 @@ func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 15s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/tetherproxy/tether/injector/rbac"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -46,7 +47,7 @@ func TestBinderFollowsTheLabel(t *testing.T) {
 		}
 		return rb
 	}
-	eventually(t, "binding in the labelled namespace", func() bool { return get("llm") != nil })
+	testkit.Eventually(t, 10*time.Second, "binding in the labelled namespace", func() bool { return get("llm") != nil })
 	rb := get("llm")
 	if rb.RoleRef.Name != "tether-sidecar" || rb.RoleRef.Kind != "ClusterRole" ||
 		len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "Group" || rb.Subjects[0].Name != "system:serviceaccounts:llm" {
@@ -63,13 +64,13 @@ func TestBinderFollowsTheLabel(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns("llm", false), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "binding follows the label", func() bool { return get("other") != nil && get("llm") == nil })
+	testkit.Eventually(t, 10*time.Second, "binding follows the label", func() bool { return get("other") != nil && get("llm") == nil })
 
 	// A binding deleted by hand comes back.
 	if err := client.RbacV1().RoleBindings("other").Delete(ctx, rbac.DefaultBindingName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "binding restored", func() bool { return get("other") != nil })
+	testkit.Eventually(t, 10*time.Second, "binding restored", func() bool { return get("other") != nil })
 
 	// Subjects edited by hand are put back.
 	edited := get("other")
@@ -77,16 +78,5 @@ func TestBinderFollowsTheLabel(t *testing.T) {
 	if _, err := client.RbacV1().RoleBindings("other").Update(ctx, edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "subjects repaired", func() bool { rb := get("other"); return rb != nil && len(rb.Subjects) == 1 })
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "subjects repaired", func() bool { rb := get("other"); return rb != nil && len(rb.Subjects) == 1 })
 }

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/tetherproxy/tether/e2e/modelsim/sim"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/server"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // backend is a modelsim server on a real loopback port.
@@ -46,23 +46,10 @@ func addrs(bs []*backend) []string {
 	return out
 }
 
-// syncBuffer is a log sink tests read while the server writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // sidecar is a running server.Server on loopback ports.
 type sidecar struct {
 	srv  *server.Server
-	logs *syncBuffer
+	logs *testkit.SyncBuffer
 	// stop ends Run (as SIGTERM does), waits for it and returns its
 	// error; the test's cleanup calls it too.
 	stop func() error
@@ -76,7 +63,7 @@ func startSidecar(t testing.TB, doc string) *sidecar {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	srv, err := server.New(context.Background(), cfg, log, server.Deps{})
 	if err != nil {
@@ -99,7 +86,7 @@ func startSidecar(t testing.TB, doc string) *sidecar {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	eventually(t, 10*time.Second, "sidecar ready", func() bool {
+	testkit.Eventually(t, 10*time.Second, "sidecar ready", func() bool {
 		resp, err := http.Get(sc.admin("/readyz"))
 		if err != nil {
 			return false
@@ -112,18 +99,6 @@ func startSidecar(t testing.TB, doc string) *sidecar {
 
 func (s *sidecar) url(pool, path string) string { return "http://" + s.srv.PoolAddr(pool) + path }
 func (s *sidecar) admin(path string) string     { return "http://" + s.srv.AdminAddr() + path }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // chat sends one chat completion and returns the status, the serving
 // backend's id and the cached prompt tokens it reported.

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // TestStreamingChunksArriveBeforeStreamEnds: the backend sends one SSE event,
@@ -76,19 +78,10 @@ func TestClientCancellationReachesBackend(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, started, "request reached the backend")
+	testkit.Eventually(t, 20*time.Second, "request reached the backend", testkit.Closed(started))
 	cancel()
-	waitFor(t, cancelled, "backend saw the cancellation")
+	testkit.Eventually(t, 20*time.Second, "backend saw the cancellation", testkit.Closed(cancelled))
 	<-errc
-}
-
-func waitFor(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("timed out: %s", what)
-	}
 }
 
 // echoBackend answers with what it received, for header tests.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // TestShutdownDrains pins the order of a graceful stop: /readyz turns 503
@@ -45,7 +47,7 @@ func TestShutdownDrains(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- sc.stop() }()
-	eventually(t, 10*time.Second, "/readyz 503 while draining", func() bool {
+	testkit.Eventually(t, 10*time.Second, "/readyz 503 while draining", func() bool {
 		r, err := http.Get(sc.admin("/readyz"))
 		if err != nil {
 			return false
@@ -53,7 +55,7 @@ func TestShutdownDrains(t *testing.T) {
 		r.Body.Close()
 		return r.StatusCode == http.StatusServiceUnavailable
 	})
-	eventually(t, 10*time.Second, "the data listener closed", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the data listener closed", func() bool {
 		c, err := net.Dial("tcp", sc.srv.PoolAddr("default/m"))
 		if err == nil {
 			c.Close()

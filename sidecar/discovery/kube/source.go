@@ -46,10 +46,9 @@ type Source struct {
 	watches    []*podWatch
 	selectable *prometheus.GaugeVec
 
-	set      atomic.Pointer[discovery.Set]
-	synced   atomic.Bool
-	mu       sync.Mutex // serialises rebuilds: informers call handlers concurrently
-	onChange atomic.Pointer[func(*discovery.Set)]
+	set    atomic.Pointer[discovery.Set]
+	synced atomic.Bool
+	mu     sync.Mutex // serialises rebuilds: informers call handlers concurrently
 }
 
 // podWatch is one selector's informer.
@@ -163,11 +162,6 @@ func slimPod(obj any) (any, error) {
 	return obj, nil
 }
 
-// OnChange registers fn to be called with every new Set once synced (for
-// metrics or for dropping state about departed backends). fn runs on an
-// informer goroutine and must not block.
-func (s *Source) OnChange(fn func(*discovery.Set)) { s.onChange.Store(&fn) }
-
 // Current is the latest Set; empty (never nil) until Synced.
 func (s *Source) Current() *discovery.Set { return s.set.Load() }
 
@@ -221,11 +215,7 @@ func (s *Source) rebuild() {
 			backends = bs
 		}
 	}
-	set := discovery.NewSet(backends, prefill)
-	s.set.Store(set)
-	if fn := s.onChange.Load(); fn != nil {
-		(*fn)(set)
-	}
+	s.set.Store(discovery.NewSet(backends, prefill))
 }
 
 // backendsOf lists a watch's selectable backends, ordered by ID so every

@@ -1,13 +1,10 @@
 package redisstore
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // TestMain fails the run if goroutines outlive the tests. It waits up to
@@ -43,7 +41,7 @@ type env struct {
 	s   *Store
 	srv *redistest.Server
 	reg *prometheus.Registry
-	log *syncBuf
+	log *testkit.SyncBuffer
 }
 
 func cfgFor(srv *redistest.Server) *config.RedisStore {
@@ -59,7 +57,7 @@ func newEnv(t *testing.T, srv *redistest.Server, cfg *config.RedisStore, opts Op
 	if cfg == nil {
 		cfg = cfgFor(srv)
 	}
-	e := &env{srv: srv, reg: prometheus.NewRegistry(), log: &syncBuf{}}
+	e := &env{srv: srv, reg: prometheus.NewRegistry(), log: &testkit.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	opts.Reg, opts.Log = e.reg, log
 	s, err := New(context.Background(), cfg, opts)
@@ -69,70 +67,4 @@ func newEnv(t *testing.T, srv *redistest.Server, cfg *config.RedisStore, opts Op
 	t.Cleanup(func() { _ = s.Close() })
 	e.s = s
 	return e
-}
-
-// counter reads a metric's value for the given label values (any metric
-// type with a single value).
-func (e *env) metric(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			}
-		}
-	}
-	t.Fatalf("metric %s%v not found", name, labels)
-	return 0
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) count(substr string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.b.String(), substr)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

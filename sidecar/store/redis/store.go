@@ -138,10 +138,10 @@ func New(ctx context.Context, cfg *config.RedisStore, opts Options) (*Store, err
 		prefix:  cmp.Or(cfg.KeyPrefix, config.DefaultRedisKeyPrefix) + ":",
 		timeout: uo.ReadTimeout,
 		log:     log,
-		errLog:  &rateLog{log: log, interval: opts.LogInterval, now: time.Now},
+		errLog:  &rateLog{log: log, interval: opts.LogInterval},
 		m:       m,
 	}
-	s.br = newBreaker(opts.BreakerThreshold, opts.BreakerMinBackoff, opts.BreakerMaxBackoff, time.Now, s.breakerChanged)
+	s.br = newBreaker(opts.BreakerThreshold, opts.BreakerMinBackoff, opts.BreakerMaxBackoff, s.breakerChanged)
 	log.Info("redis store connected", "topology", string(TopologyOf(cfg)), "addresses", addrList(cfg), "db", cfg.DB, "timeout", s.timeout)
 	return s, nil
 }
