@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/cluster"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 

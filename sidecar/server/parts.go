@@ -14,7 +14,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/gossip"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
-	redisstore "github.com/tetherproxy/tether/sidecar/store/redis"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore"
 )
 
 // newStore builds the configured store. Shared stores fail here, before

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/config"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/session"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 )
 
 func benchStore(b *testing.B, c *tripCounter) (*Store, *redistest.Server) {

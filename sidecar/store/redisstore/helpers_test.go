@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tetherproxy/tether/sidecar/config"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
