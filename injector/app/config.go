@@ -1,7 +1,9 @@
 // Package app wires tether-injector: flags, the Kubernetes client, the
 // certificate source, the RoleBinding controller and the two listeners
-// (TLS for the webhook, plain HTTP for probes and metrics). main.go is a
-// thin shell around it, and tests (or an e2e harness) run it in-process.
+// (TLS for the webhook, plain HTTP for probes and metrics), all run as
+// parts of one lifecycle.Run. main.go is a thin shell around it (and the
+// only reader of POD_NAMESPACE), and tests (or an e2e harness) run it
+// in-process.
 package app
 
 import (

@@ -1,8 +1,11 @@
 // Package config is tether-sidecar's configuration: one typed schema read
-// from YAML or JSON, with defaults applied in one place and a Validate that
-// names the field and the rule of every problem it finds. The injector
-// imports this package to turn pod annotations into the same schema, so a
-// configuration the webhook accepts is one the sidecar starts with.
+// from YAML or JSON, with defaults applied in one place (SetDefaults) and
+// a Validate that names the field and the rule of every problem it finds.
+// The words a config chooses among are named types (SourceType,
+// StoreBackend, AffinityMode), and Listeners groups the pools by the
+// address they are served on. The injector imports this package to turn
+// pod annotations into the same schema, so a configuration the webhook
+// accepts is one the sidecar starts with.
 package config
 
 import (

@@ -1,7 +1,7 @@
 // Package metrics holds the request-path Prometheus metrics of the sidecar:
-// the vectors, registered once per process, and Child, which lets the
-// resolver and the proxy take their pool's children once instead of
-// looking them up on every request. The label values (decisions, rebind
+// the vectors, registered once per process, and Child and Codes, with
+// which the resolver and the proxy take their pool's children once
+// instead of looking them up on every request. The label values (decisions, rebind
 // reasons) belong to the packages that decide them. Packages with their
 // own concerns (stores, jwtauth, discovery) register their own metrics on
 // the same Registerer.

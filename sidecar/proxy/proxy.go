@@ -2,7 +2,9 @@
 // httputil.ReverseProxy with Rewrite, streaming flushed as it arrives,
 // client cancellation propagated, one retry on another backend when the
 // chosen one refuses the connection (before any byte reached the client),
-// an access-log line and metrics per request. It knows no stores.
+// the session tokens the decision carries written into the response, and
+// one access-log line and the metrics of each request, however it ends
+// (one deferred finish). It knows no stores and no tokens' format.
 package proxy
 
 import (

@@ -1,6 +1,10 @@
 // Package resolve is the sticky decision: session key → binding → backend.
-// It reads the request only through its Extractor and knows nothing else
-// of HTTP, so it is tested with fakes of the store and discovery.
+// It reads the request only through its Extractor (a session.Key: the key,
+// its source and, for a session token, the payload verified there) and
+// knows nothing else of HTTP, so it is tested with fakes of the store and
+// discovery. A Decision says where the request goes, the Outcome (hit,
+// miss, rebind, none, broken: the words of the metrics and the access
+// log), and the session tokens the response carries.
 package resolve
 
 import (

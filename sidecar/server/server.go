@@ -1,7 +1,8 @@
-// Package server wires a sidecar from its config and runs it: stores,
-// discovery, one resolver per pool, one proxy handler per listener, the
-// admin listener, and a graceful shutdown that drains in-flight streams.
-// Every long-running part runs in one lifecycle.Run.
+// Package server wires a sidecar from its config and runs it: the store,
+// discovery, one resolver per pool, one proxy handler per listener
+// (config.Listeners), the admin listener, and a graceful shutdown that
+// drains in-flight streams. Every long-running part runs in one
+// lifecycle.Run.
 package server
 
 import (

@@ -3,7 +3,9 @@
 // (SyncBuffer), reading metrics from a registry or a /metrics endpoint
 // (Metric, Scrape), and a settable clock for tests whose time cannot run
 // in a testing/synctest bubble (Clock). Unit tests of pure time logic use
-// synctest instead. Only tests import this package.
+// synctest instead. Only tests and test harnesses (e2e/cluster,
+// redistest) import this package; it is not internal because the
+// injector's and the e2e tests use it too.
 package testkit
 
 import (

@@ -9,7 +9,9 @@
 // prefill backend of a PD pair, and when the session was placed there
 // (soft affinity's cool-down holds across replicas without a store).
 // Keys rotate: the current key signs, the current and the previous key
-// verify.
+// verify. A request's token is verified once, by the session extractor;
+// the resolver signs the tokens a decision carries, and the proxy writes
+// them into the response headers the Codec names.
 package token
 
 import (
