@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -112,17 +114,13 @@ func TestHTTPServerDrains(t *testing.T) {
 			cancel()
 			if tc.finish {
 				// Stopped: no new connection is accepted while the request drains.
-				for deadline := time.Now().Add(10 * time.Second); ; {
+				testkit.Eventually(t, 10*time.Second, "the listener closed while draining", func() bool {
 					c, err := net.Dial("tcp", ln.Addr().String())
-					if err != nil {
-						break
+					if err == nil {
+						c.Close()
 					}
-					c.Close()
-					if time.Now().After(deadline) {
-						t.Fatal("still accepting connections while draining")
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
+					return err != nil
+				})
 				close(release)
 				if b := <-got; b != "done" {
 					t.Fatalf("in-flight request got %q, want done", b)

@@ -87,6 +87,18 @@ func scraped(t *testing.T, sc *sidecar, b *backend, waiting int) {
 	})
 }
 
+// queuedTurn sends turn of session s1 and waits until it is queued on b
+// (b's queue at waiting), then releases b's jam and returns the answer. A
+// turn that went elsewhere never queues on b, and the wait fails.
+func queuedTurn(t *testing.T, url string, turn int, b *backend, waiting int, release func()) result {
+	t.Helper()
+	done := make(chan result, 1)
+	go func() { done <- chat(t, url, conversation(turn), session("s1")) }()
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("turn %d queued on %s", turn, b.sim.ID()), func() bool { return b.sim.Stats().Waiting == waiting })
+	release()
+	return <-done
+}
+
 func byID(bs []*backend, id string) *backend {
 	for _, b := range bs {
 		if b.sim.ID() == id {
@@ -110,11 +122,7 @@ func TestHardAffinityStaysOnQueuedBackend(t *testing.T) {
 	release := jam(t, pinned, 12)
 	scraped(t, sc, pinned, 11)
 
-	done := make(chan result, 1)
-	go func() { done <- chat(t, sc.url("default/m", "/v1/chat/completions"), conversation(2), session("s1")) }()
-	testkit.Eventually(t, 10*time.Second, "turn 2 queued on the pinned backend", func() bool { return pinned.sim.Stats().Waiting == 12 })
-	release()
-	if r := <-done; r.status != 200 || r.backend != first.backend {
+	if r := queuedTurn(t, sc.url("default/m", "/v1/chat/completions"), 2, pinned, 12, release); r.status != 200 || r.backend != first.backend {
 		t.Fatalf("turn 2 = %d on %s, want 200 on %s", r.status, r.backend, first.backend)
 	}
 	if _, err := testkit.FindMetric(sc.srv.Registry(), "tether_affinity_broken_total"); !errors.Is(err, testkit.ErrNotFound) {
@@ -194,11 +202,7 @@ func TestSoftAffinityMovedPinCoolsDown(t *testing.T) {
 	releaseTarget := jam(t, target, 12)
 	scraped(t, sc, target, 11)
 
-	done := make(chan result, 1)
-	go func() { done <- chat(t, url, conversation(3), session("s1")) }()
-	testkit.Eventually(t, 10*time.Second, "turn 3 queued on the moved pin's backend", func() bool { return target.sim.Stats().Waiting == 12 })
-	releaseTarget()
-	if r := <-done; r.status != 200 || r.backend != moved.backend {
+	if r := queuedTurn(t, url, 3, target, 12, releaseTarget); r.status != 200 || r.backend != moved.backend {
 		t.Fatalf("turn 3 = %d on %s, want 200 on %s (within the cool-down of the move)", r.status, r.backend, moved.backend)
 	}
 	if v := testkit.Metric(t, sc.srv.Registry(), "tether_affinity_broken_total", "pool", "default/m", "reason", "overload"); v != 1 {

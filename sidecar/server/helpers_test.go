@@ -46,6 +46,25 @@ func addrs(bs []*backend) []string {
 	return out
 }
 
+// heldStream starts a backend that sends one SSE event, holds the stream
+// open until release is closed (or the request is cancelled), then sends
+// the rest; it returns the backend's address.
+func heldStream(t *testing.T, release <-chan struct{}) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"token\":\"first\"}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprint(w, "data: {\"token\":\"second\"}\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
 // sidecar is a running server.Server on loopback ports.
 type sidecar struct {
 	srv  *server.Server

@@ -21,20 +21,8 @@ import (
 // would time out instead of passing.
 func TestStreamingChunksArriveBeforeStreamEnds(t *testing.T) {
 	release := make(chan struct{})
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: {\"token\":\"first\"}\n\n")
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		fmt.Fprint(w, "data: {\"token\":\"second\"}\n\ndata: [DONE]\n\n")
-	}))
-	defer backend.Close()
 	defer close(release)
-	sc := startSidecar(t, configFor("default/m", []string{strings.TrimPrefix(backend.URL, "http://")}, `[{type: Header, name: X-Session-ID}]`, ""))
+	sc := startSidecar(t, configFor("default/m", []string{heldStream(t, release)}, `[{type: Header, name: X-Session-ID}]`, ""))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -2,11 +2,9 @@ package server_test
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -20,19 +18,7 @@ import (
 // does Run return (and the store close).
 func TestShutdownDrains(t *testing.T) {
 	release := make(chan struct{})
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: first\n\n")
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done(): // the sidecar cut the stream
-			return
-		}
-		fmt.Fprint(w, "data: second\n\ndata: [DONE]\n\n")
-	}))
-	defer backend.Close()
-	sc := startSidecar(t, configFor("default/m", []string{strings.TrimPrefix(backend.URL, "http://")},
+	sc := startSidecar(t, configFor("default/m", []string{heldStream(t, release)},
 		`[{type: Header, name: X-Session-ID}]`, "proxy: {shutdownTimeout: 20s}"))
 
 	resp, err := http.Post(sc.url("default/m", "/v1/chat/completions"), "application/json", strings.NewReader(`{"stream":true}`))

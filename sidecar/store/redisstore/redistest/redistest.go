@@ -36,7 +36,7 @@ type Server struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testkit.SyncBuffer
 	exited chan struct{}
 }
 
@@ -141,7 +141,7 @@ func (s *Server) start() error {
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning")
 	cmd := exec.Command(s.bin, args...)
-	out := &syncBuffer{}
+	out := &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so Kill also ends the children redis-server
 	// forks (an RDB child for a replica's sync), which would otherwise
@@ -320,22 +320,3 @@ func readReply(r *bufio.Reader, out *[]string) error {
 type replyError string
 
 func (e replyError) Error() string { return string(e) }
-
-// syncBuffer collects the server's output; exec's copying goroutine
-// writes it while the test may read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
