@@ -78,8 +78,7 @@ type Decision struct {
 	storeKey string
 	binding  store.Binding // the binding the request follows, when sticky
 	sticky   bool
-	avoid    string    // a backend the next pick should avoid (overloaded pin)
-	tokens   [2]Header // backs Tokens, so they cost no allocation of their own
+	avoid    string // a backend the next pick should avoid (overloaded pin)
 }
 
 // Header is one response header.
@@ -245,13 +244,10 @@ func (r *Resolver) withTokens(d *Decision, err error) (*Decision, error) {
 	if err != nil || c == nil || d.Backend.ID == "" {
 		return d, err
 	}
-	d.tokens[0] = Header{c.Header(), c.Sign(d.Backend.ID, d.Prefill.ID, d.Since)}
-	n := 1
+	d.Tokens = append(make([]Header, 0, 2), Header{c.Header(), c.Sign(d.Backend.ID, d.Prefill.ID, d.Since)})
 	if d.Prefill.ID != "" && c.PrefillHeader() != "" {
-		d.tokens[1] = Header{c.PrefillHeader(), c.Prefill(d.Prefill.ID, d.Since)}
-		n = 2
+		d.Tokens = append(d.Tokens, Header{c.PrefillHeader(), c.Prefill(d.Prefill.ID, d.Since)})
 	}
-	d.Tokens = d.tokens[:n]
 	return d, nil
 }
 
