@@ -186,8 +186,13 @@ func (s *Source) Run(ctx context.Context) error {
 		// Only an ended ctx stops the wait: informers retry API errors forever.
 		return nil
 	}
+	// The first complete Set is published before Synced turns true, so a
+	// reader that sees Synced (readiness) sees that Set, never the empty
+	// one; under the lock, so no event between the two is lost.
+	s.mu.Lock()
+	s.publish()
 	s.synced.Store(true)
-	s.rebuild()
+	s.mu.Unlock()
 	for _, w := range s.watches {
 		s.log.Info("kubernetes discovery synced", "role", w.role, "namespace", w.sel.Namespace,
 			"selector", w.sel.Selector, "selectable", s.count(w.role))
@@ -200,11 +205,15 @@ func (s *Source) Run(ctx context.Context) error {
 // complete sync it publishes nothing: a partial view would make bound pods
 // look gone and move their sessions.
 func (s *Source) rebuild() {
-	if !s.synced.Load() {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.synced.Load() {
+		s.publish()
+	}
+}
+
+// publish builds and stores the Set; the caller holds s.mu.
+func (s *Source) publish() {
 	var backends, prefill []discovery.Backend
 	for _, w := range s.watches {
 		bs := s.backendsOf(w)
