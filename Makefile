@@ -149,7 +149,7 @@ bench-affinity:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \
   FuzzExtract:./sidecar/session FuzzClaim:./sidecar/jwtauth FuzzParse:./sidecar/config \
-  FuzzDecode:./sidecar/store/gossip FuzzParseBinding:./sidecar/store/redis \
+  FuzzDecode:./sidecar/store/gossip FuzzParseBinding:./sidecar/store/redisstore \
   FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook \
   FuzzInject:./injector/manifest
 fuzz:

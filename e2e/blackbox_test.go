@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/cluster"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Black-box tests of tether-sidecar as a process, with no control plane:
@@ -119,7 +120,7 @@ func TestBlackboxGossip(t *testing.T) {
 	b := startStaticRouter(t, "replica-b", store(gb, ga), backends)
 	waitReady(t, a, b)
 	for _, r := range []*router{a, b} {
-		cluster.Eventually(t, 30*time.Second, r.Spec.Name+" to count 2 gossip members", func() error {
+		testkit.Eventually(t, 30*time.Second, r.Spec.Name+" to count 2 gossip members", func() error {
 			if v := r.metric("tether_gossip_members"); v != 2 {
 				return fmt.Errorf("tether_gossip_members = %v", v)
 			}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/tetherproxy/tether/e2e/cluster"
 	"github.com/tetherproxy/tether/injector/rbac"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // The Helm chart on the real API server: scenario 10 applies it and checks
@@ -182,7 +183,7 @@ func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstru
 		"--kubeconfig="+c.ServiceAccountKubeconfig(t, chartNamespace, d.Spec.Template.Spec.ServiceAccountName))
 	p := cluster.StartProcess(t, "tether-injector", cluster.Binary(t, "tether-injector"), args, []string{"POD_NAMESPACE=" + chartNamespace})
 	inj := &injector{Process: p, webhook: webhook, admin: admin}
-	cluster.Eventually(t, time.Minute, "the injector's /readyz (serving certificate)", func() error {
+	testkit.Eventually(t, time.Minute, "the injector's /readyz (serving certificate)", func() error {
 		if p.Exited() {
 			t.Fatalf("tether-injector exited: %v\n%s", p.Err(), p.Tail(30))
 		}
@@ -208,7 +209,7 @@ func waitRoleBinding(t *testing.T, c *cluster.Cluster, ns string, present bool, 
 	for _, sa := range sas {
 		want = append(want, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns})
 	}
-	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v for %v", rbac.DefaultBindingName, ns, present, sas), func() error {
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v for %v", rbac.DefaultBindingName, ns, present, sas), func() error {
 		rb, err := c.Client().RbacV1().RoleBindings(ns).Get(context.Background(), rbac.DefaultBindingName, metav1.GetOptions{})
 		switch {
 		case present && err != nil:
@@ -375,7 +376,7 @@ func TestScenario10Chart(t *testing.T) {
 	checkPodReaders(t, c, "s10-app", "router", "router-canary")
 	setNamespaceLabel(t, c, "s10-app", "")
 	waitRoleBinding(t, c, "s10-app", false)
-	cluster.Eventually(t, 10*time.Second, "list pods to be forbidden after unlabelling", func() error {
+	testkit.Eventually(t, 10*time.Second, "list pods to be forbidden after unlabelling", func() error {
 		if _, err := sa.CoreV1().Pods("s10-app").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			return fmt.Errorf("list pods: %v", err)
 		}
@@ -456,7 +457,7 @@ func checkInjectorRoleBindingRights(t *testing.T, c *cluster.Cluster) {
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "router", Namespace: "s10-app"}},
 		}, "only bind service accounts of the binding's own namespace"},
 	} {
-		cluster.Eventually(t, 30*time.Second, "the injector to be refused: "+tc.what, func() error {
+		testkit.Eventually(t, 30*time.Second, "the injector to be refused: "+tc.what, func() error {
 			_, err := inj.RbacV1().RoleBindings("s10-other").Create(ctx, tc.rb, metav1.CreateOptions{})
 			if err == nil {
 				_ = c.Client().RbacV1().RoleBindings("s10-other").Delete(ctx, tc.rb.Name, metav1.DeleteOptions{})
@@ -515,7 +516,7 @@ func setNamespaceLabel(t *testing.T, c *cluster.Cluster, ns, value string) {
 func waitCABundle(t *testing.T, c *cluster.Cluster) []admissionregv1.MutatingWebhook {
 	t.Helper()
 	var hooks []admissionregv1.MutatingWebhook
-	cluster.Eventually(t, 30*time.Second, "caBundle on every webhook entry", func() error {
+	testkit.Eventually(t, 30*time.Second, "caBundle on every webhook entry", func() error {
 		mw, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), injectorName, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -23,6 +23,7 @@ import (
 	"github.com/tetherproxy/tether/injector/app"
 	"github.com/tetherproxy/tether/injector/certs"
 	"github.com/tetherproxy/tether/injector/inject"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // runInjectorCommand runs bin/tether-injector with args (a subcommand)
@@ -104,7 +105,7 @@ func markDeploymentReady(t *testing.T, c *cluster.Cluster) {
 // dry-run pod of ns (it learns webhook configurations through a watch).
 func waitWebhookCalled(t *testing.T, c *cluster.Cluster, ns string) {
 	t.Helper()
-	cluster.Eventually(t, 30*time.Second, "the API server to call the injector", func() error {
+	testkit.Eventually(t, 30*time.Second, "the API server to call the injector", func() error {
 		p, err := c.Client().CoreV1().Pods(ns).Create(context.Background(), routerPod("probe", nil, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return err
@@ -228,7 +229,7 @@ func TestScenario11Check(t *testing.T) {
 		if err := c.Client().RbacV1().ClusterRoleBindings().Delete(ctx, injectorName, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		cluster.Eventually(t, 30*time.Second, "the rbac check to fail", func() error {
+		testkit.Eventually(t, 30*time.Second, "the rbac check to fail", func() error {
 			lines, out, code := checkLines(t, admin, "--checks=rbac")
 			if code != 1 || !strings.HasPrefix(lines["rbac"], "FAIL rbac: ") {
 				return fmt.Errorf("exit %d:\n%s", code, out)

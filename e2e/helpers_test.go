@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/tetherproxy/tether/e2e/cluster"
 	"github.com/tetherproxy/tether/sidecar/session"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // env is one scenario's world: a control plane, a namespace whose
@@ -153,43 +153,23 @@ func (r *router) tryTurn(session string) (id string, code int, body string, err 
 	return resp.Header.Get("X-Modelsim-Id"), resp.StatusCode, string(b), nil
 }
 
-// metric reads one sample of the sidecar's /metrics whose labels include
-// all of labels (`pool="chat"` form); -1 when absent.
+// metric reads the one sample of the sidecar's /metrics whose labels
+// include the name/value pairs of labels; -1 when there is none.
 func (r *router) metric(name string, labels ...string) float64 {
 	r.t.Helper()
-	resp, err := client.Get("http://" + r.admin + "/metrics")
+	v, err := testkit.FindMetric(testkit.Scrape(r.t, "http://"+r.admin+"/metrics"), name, labels...)
 	if err != nil {
-		r.t.Fatalf("metrics: %v", err)
+		return -1
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-next:
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-			continue
-		}
-		for _, want := range labels {
-			if !strings.Contains(l, want) {
-				continue next
-			}
-		}
-		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err != nil {
-			r.t.Fatalf("metric line %q: %v", l, err)
-		}
-		return v
-	}
-	return -1
+	return v
 }
 
 // waitSelectable waits until the sidecar's discovery sees n selectable
 // backends of role in pool chat.
 func (r *router) waitSelectable(role string, n int) {
 	r.t.Helper()
-	cluster.Eventually(r.t, 30*time.Second, fmt.Sprintf("%s to see %d selectable %s pods", r.Spec.Name, n, role), func() error {
-		if v := r.metric("tether_backends_selectable", `pool="chat"`, `role="`+role+`"`); v != float64(n) {
+	testkit.Eventually(r.t, 30*time.Second, fmt.Sprintf("%s to see %d selectable %s pods", r.Spec.Name, n, role), func() error {
+		if v := r.metric("tether_backends_selectable", "pool", "chat", "role", role); v != float64(n) {
 			return fmt.Errorf("tether_backends_selectable = %v", v)
 		}
 		return nil
@@ -233,7 +213,7 @@ func (r *router) lastAccess(sessionKey string) cluster.AccessLog {
 	r.t.Helper()
 	n := r.requests
 	var logs []cluster.AccessLog
-	cluster.Eventually(r.t, 10*time.Second, fmt.Sprintf("%d access-log lines", n), func() error {
+	testkit.Eventually(r.t, 10*time.Second, fmt.Sprintf("%d access-log lines", n), func() error {
 		logs = r.AccessLogs()
 		if len(logs) < n {
 			return fmt.Errorf("%d lines so far", len(logs))

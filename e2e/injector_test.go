@@ -19,6 +19,7 @@ import (
 	"github.com/tetherproxy/tether/injector/inject"
 	"github.com/tetherproxy/tether/injector/rbac"
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // urlClientConfig points every entry of the chart's rendered
@@ -179,7 +180,7 @@ func TestScenario9Injector(t *testing.T) {
 	// The API server learns webhook configurations through a watch; a
 	// dry run goes through admission without storing, so poll with one
 	// until the caBundle patch is in effect.
-	cluster.Eventually(t, 30*time.Second, "the API server to call the injector", func() error {
+	testkit.Eventually(t, 30*time.Second, "the API server to call the injector", func() error {
 		p, err := on.Create(ctx, routerPod("probe", nil, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return err

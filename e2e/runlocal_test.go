@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/cluster"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // make run (e2e/tools/run-local.sh) as a user runs it: it refuses ports
@@ -116,7 +117,7 @@ func (s *script) wait(t *testing.T, within time.Duration) int {
 
 func (s *script) waitFor(t *testing.T, text string) {
 	t.Helper()
-	cluster.Eventually(t, 2*time.Minute, "run-local.sh to print "+strconv.Quote(text), func() error {
+	testkit.Eventually(t, 2*time.Minute, "run-local.sh to print "+strconv.Quote(text), func() error {
 		select {
 		case <-s.done:
 			t.Fatalf("run-local.sh ended (%v) before printing %q:\n%s", s.err, text, s.output())

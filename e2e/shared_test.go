@@ -11,7 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tetherproxy/tether/e2e/cluster"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Scenarios 1, 2 and 8: several router replicas, each with its sidecar,
@@ -94,7 +95,7 @@ func (f *fleet) live() []*router {
 func (f *fleet) waitMembers(n int) {
 	f.e.t.Helper()
 	for _, r := range f.live() {
-		cluster.Eventually(f.e.t, time.Minute, fmt.Sprintf("%s to see %d gossip members", r.Spec.Name, n), func() error {
+		testkit.Eventually(f.e.t, time.Minute, fmt.Sprintf("%s to see %d gossip members", r.Spec.Name, n), func() error {
 			if v := r.metric("tether_gossip_members"); v != float64(n) {
 				return fmt.Errorf("tether_gossip_members = %v", v)
 			}
@@ -108,7 +109,7 @@ func (f *fleet) waitAgree(session, pod string) {
 	f.e.t.Helper()
 	want := podID(f.e.podOf(pod))
 	for _, r := range f.live() {
-		cluster.Eventually(f.e.t, 30*time.Second, fmt.Sprintf("%s to learn session %s → %s", r.Spec.Name, session, pod), func() error {
+		testkit.Eventually(f.e.t, 30*time.Second, fmt.Sprintf("%s to learn session %s → %s", r.Spec.Name, session, pod), func() error {
 			b, ok := r.binding(session)
 			if !ok || b.Backend != want {
 				return fmt.Errorf("binding %+v (found %v)", b, ok)
@@ -170,7 +171,7 @@ func TestScenario1Gossip(t *testing.T) {
 func (f *fleet) converged(session string) string {
 	f.e.t.Helper()
 	var pod string
-	cluster.Eventually(f.e.t, 30*time.Second, "replicas to agree on session "+session, func() error {
+	testkit.Eventually(f.e.t, 30*time.Second, "replicas to agree on session "+session, func() error {
 		var ids []string
 		for _, r := range f.live() {
 			b, ok := r.binding(session)

@@ -35,7 +35,7 @@ func main() {
 
 func run() error {
 	var cfg app.Config
-	cfg.RegisterFlags(flag.CommandLine)
+	cfg.RegisterFlags(flag.CommandLine, os.Getenv("POD_NAMESPACE"))
 	version := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *version {

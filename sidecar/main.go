@@ -65,7 +65,11 @@ func run() error {
 		fmt.Println("config ok")
 		return nil
 	}
-	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE")}
+	// The pod's identity, from the downward API; the only place that reads it.
+	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP")}
+	if deps.PodName == "" {
+		deps.PodName, _ = os.Hostname()
+	}
 	if needsKube(cfg) {
 		if deps.Kube, err = kubeclient.New(*kubeconfig, "tether-sidecar"); err != nil {
 			return err

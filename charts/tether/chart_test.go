@@ -218,7 +218,7 @@ func checkArgs(t *testing.T, args []string) app.Config {
 	t.Helper()
 	var cfg app.Config
 	fs := flag.NewFlagSet("tether-injector", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
+	cfg.RegisterFlags(fs, "")
 	expanded := make([]string, len(args))
 	for i, a := range args {
 		expanded[i] = strings.ReplaceAll(a, "$(POD_NAMESPACE)", namespace)

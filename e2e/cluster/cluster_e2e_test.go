@@ -16,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // TestControlPlane checks the harness itself: the apiserver serves with
@@ -48,7 +50,7 @@ func TestControlPlane(t *testing.T) {
 			t.Fatalf("list pods without a role: err = %v, want Forbidden (is RBAC on?)", err)
 		}
 		c.PodReaderRole(t, "llm", "router")
-		Eventually(t, 30*time.Second, "role to take effect", func() error {
+		testkit.Eventually(t, 30*time.Second, "role to take effect", func() error {
 			_, err := cs.CoreV1().Pods("llm").List(ctx, metav1.ListOptions{})
 			return err
 		})

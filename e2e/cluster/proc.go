@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Process is a child process started by a test: its own process group
@@ -24,7 +24,7 @@ import (
 type Process struct {
 	Name string
 	cmd  *exec.Cmd
-	out  *lineBuffer
+	out  *testkit.SyncBuffer
 	done chan struct{}
 	err  error // valid once done is closed
 
@@ -52,7 +52,7 @@ func StartProcess(t testing.TB, name, bin string, args, env []string) *Process {
 func startProcess(name, bin string, args, env []string) (*Process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	out := &lineBuffer{}
+	out := &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid: true,
@@ -133,51 +133,6 @@ func (p *Process) Err() error {
 		return errors.New("still running")
 	}
 	return p.err
-}
-
-// lineBuffer collects output from a child, bounded so a chatty process
-// cannot eat the test's memory: beyond maxBuffer, the oldest half is dropped.
-type lineBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-const maxBuffer = 32 << 20
-
-func (b *lineBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len()+len(p) > maxBuffer {
-		keep := b.buf.Bytes()[b.buf.Len()/2:]
-		if i := bytes.IndexByte(keep, '\n'); i >= 0 {
-			keep = keep[i+1:]
-		}
-		b.buf = *bytes.NewBuffer(append([]byte(nil), keep...))
-	}
-	return b.buf.Write(p)
-}
-
-func (b *lineBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *lineBuffer) Lines() []string {
-	b.mu.Lock()
-	data := append([]byte(nil), b.buf.Bytes()...)
-	b.mu.Unlock()
-	var ls []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		ls = append(ls, sc.Text())
-	}
-	// A trailing line without its newline is still being written.
-	if len(data) > 0 && data[len(data)-1] != '\n' && len(ls) > 0 {
-		ls = ls[:len(ls)-1]
-	}
-	return ls
 }
 
 // FreePort returns a TCP port on ip that was free a moment ago. Binaries

@@ -129,20 +129,3 @@ func (s *Sidecar) AccessLogs() []AccessLog {
 	}
 	return out
 }
-
-// Eventually polls cond every 20 ms until it returns nil or timeout passes,
-// then fails the test with the last error.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

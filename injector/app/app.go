@@ -2,12 +2,10 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +18,7 @@ import (
 	"github.com/tetherproxy/tether/injector/webhook"
 	"github.com/tetherproxy/tether/sidecar/buildinfo"
 	"github.com/tetherproxy/tether/sidecar/kubeclient"
+	"github.com/tetherproxy/tether/sidecar/lifecycle"
 )
 
 // App is a configured injector with its listeners bound.
@@ -97,25 +96,13 @@ func (a *App) AdminAddr() net.Addr {
 // Certificates is the serving certificate source (for tests).
 func (a *App) Certificates() *certs.Store { return a.store }
 
-// Run serves until ctx is done, then drains and returns. A part that
-// fails stops the others and its error is returned.
+// Run serves until ctx is done, then drains and returns. Every part runs
+// in one lifecycle.Run: a part that fails stops the others and its error
+// is returned; on stop the listeners drain before the certificate and
+// RoleBinding loops end.
 func (a *App) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	goRun := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(ctx); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-				cancel()
-			}
-		}()
-	}
-
 	// Certificates first: the TLS listener answers only once one is loaded.
+	var loops lifecycle.Group
 	if a.cfg.SelfManaged {
 		sm := &certs.SelfManaged{
 			Client: a.client, Namespace: a.cfg.Namespace, SecretName: a.cfg.SecretName,
@@ -124,18 +111,18 @@ func (a *App) Run(ctx context.Context) error {
 			CALifetime: a.cfg.CALifetime, CertLifetime: a.cfg.CertLifetime,
 			Interval: a.cfg.CertCheckInterval, Store: a.store, Log: a.log,
 		}
-		goRun("certificates", func(ctx context.Context) error { sm.Run(ctx); return nil })
+		loops = append(loops, lifecycle.Part{Name: "certificates", Run: sm.Run})
 	} else {
 		dw := &certs.DirWatcher{Dir: a.cfg.CertDir, Store: a.store, Log: a.log}
 		if err := dw.Load(); err != nil {
 			a.closeListeners()
 			return fmt.Errorf("--cert-dir: %w", err)
 		}
-		goRun("certificates", func(ctx context.Context) error { dw.Run(ctx); return nil })
+		loops = append(loops, lifecycle.Part{Name: "certificates", Run: dw.Run})
 	}
 	if a.cfg.ManageRBAC {
 		b := &rbac.Binder{Client: a.client, ClusterRole: a.cfg.SidecarClusterRole, BindingName: a.cfg.SidecarRoleBinding, Log: a.log}
-		goRun("rbac", b.Run)
+		loops = append(loops, lifecycle.Part{Name: "rbac", Run: b.Run})
 	}
 
 	mux := http.NewServeMux()
@@ -144,7 +131,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.health(mux)
 	tlsSrv := a.server(mux)
 	tlsSrv.TLSConfig = a.store.TLSConfig()
-	goRun("webhook", serve(tlsSrv, func() error { return tlsSrv.ServeTLS(a.tlsLn, "", "") }))
+	servers := lifecycle.Group{lifecycle.HTTPServer("webhook", tlsSrv, func() error { return tlsSrv.ServeTLS(a.tlsLn, "", "") }, drainTimeout, a.log)}
 	if a.adminLn != nil {
 		admin := http.NewServeMux()
 		a.health(admin)
@@ -152,43 +139,25 @@ func (a *App) Run(ctx context.Context) error {
 			admin.Handle("/metrics", promhttp.HandlerFor(a.gatherer, promhttp.HandlerOpts{}))
 		}
 		adminSrv := a.server(admin)
-		goRun("admin", serve(adminSrv, func() error { return adminSrv.Serve(a.adminLn) }))
+		servers = append(servers, lifecycle.HTTPServer("admin", adminSrv, func() error { return adminSrv.Serve(a.adminLn) }, drainTimeout, a.log))
 	}
 	a.log.Info("tether-injector running", "webhook", a.tlsLn.Addr().String(), "version", Version,
 		"selfManagedCerts", a.cfg.SelfManaged, "manageRBAC", a.cfg.ManageRBAC)
 
-	<-ctx.Done()
-	wg.Wait()
-	close(errc)
-	err := <-errc // nil when every part stopped cleanly
+	err := lifecycle.Run(ctx, nil, loops, servers)
 	a.log.Info("tether-injector stopped", "err", err)
 	return err
 }
+
+// drainTimeout bounds how long in-flight admission reviews may finish on
+// shutdown (the API server's own webhook timeout is at most 30 s, and
+// typically 10 s).
+const drainTimeout = 10 * time.Second
 
 func (a *App) closeListeners() {
 	a.tlsLn.Close()
 	if a.adminLn != nil {
 		a.adminLn.Close()
-	}
-}
-
-// serve runs an http.Server until ctx is done, then shuts it down gracefully.
-func serve(srv *http.Server, listen func() error) func(context.Context) error {
-	return func(ctx context.Context) error {
-		errc := make(chan error, 1)
-		go func() { errc <- listen() }()
-		select {
-		case err := <-errc:
-			return err
-		case <-ctx.Done():
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		if lerr := <-errc; !errors.Is(lerr, http.ErrServerClosed) && err == nil {
-			err = lerr
-		}
-		return err
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/tetherproxy/tether/injector/app"
 	"github.com/tetherproxy/tether/injector/certs"
 	"github.com/tetherproxy/tether/sidecar/buildinfo"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,7 +41,7 @@ func parseFlags(t *testing.T, args ...string) app.Config {
 	t.Helper()
 	var cfg app.Config
 	fs := flag.NewFlagSet("tether-injector", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
+	cfg.RegisterFlags(fs, "")
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 	}()
 
 	var bundle []byte
-	eventually(t, func() bool {
+	testkit.Eventually(t, 15*time.Second, "the caBundle patched", func() bool {
 		cfg, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "tether-injector", metav1.GetOptions{})
 		if err == nil && len(cfg.Webhooks[1].ClientConfig.CABundle) > 0 {
 			bundle = cfg.Webhooks[1].ClientConfig.CABundle
@@ -240,7 +241,7 @@ func TestAdmissionOverHTTPS(t *testing.T) {
 	}
 
 	// The RoleBinding controller ran too, for the injected pod's account.
-	eventually(t, func() bool {
+	testkit.Eventually(t, 15*time.Second, "the RoleBinding for the injected pod's account", func() bool {
 		rb, err := client.RbacV1().RoleBindings("llm").Get(ctx, "tether-sidecar", metav1.GetOptions{})
 		return err == nil && len(rb.Subjects) == 1 && rb.Subjects[0].Name == "router" && rb.Subjects[0].Kind == "ServiceAccount"
 	})
@@ -275,7 +276,7 @@ func TestCertDirMode(t *testing.T) {
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}}
 	defer tr.CloseIdleConnections()
 	var resp *http.Response
-	eventually(t, func() bool {
+	testkit.Eventually(t, 15*time.Second, "the webhook serving TLS", func() bool {
 		resp, err = (&http.Client{Transport: tr}).Get("https://" + a.WebhookAddr().String() + "/readyz")
 		return err == nil
 	})
@@ -305,15 +306,4 @@ func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 15s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -1,14 +1,15 @@
 // Package app wires tether-injector: flags, the Kubernetes client, the
 // certificate source, the RoleBinding controller and the two listeners
-// (TLS for the webhook, plain HTTP for probes and metrics). main.go is a
-// thin shell around it, and tests (or an e2e harness) run it in-process.
+// (TLS for the webhook, plain HTTP for probes and metrics), all run as
+// parts of one lifecycle.Run. main.go is a thin shell around it (and the
+// only reader of POD_NAMESPACE), and tests (or an e2e harness) run it
+// in-process.
 package app
 
 import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/tetherproxy/tether/injector/rbac"
 	"github.com/tetherproxy/tether/injector/webhook"
 	"github.com/tetherproxy/tether/sidecar/buildinfo"
+	"github.com/tetherproxy/tether/sidecar/config"
 )
 
 // Version is recorded in the pods' tether.dev/status annotation and tags
@@ -83,13 +85,15 @@ type Config struct {
 // the sidecar image, then app.New).
 func DefaultConfig() Config {
 	var c Config
-	c.RegisterFlags(flag.NewFlagSet("tether-injector", flag.ContinueOnError))
+	c.RegisterFlags(flag.NewFlagSet("tether-injector", flag.ContinueOnError), "")
 	return c
 }
 
 // RegisterFlags binds every field to a flag on fs, with its default.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	ns := os.Getenv("POD_NAMESPACE")
+// podNamespace (main reads the downward-API env POD_NAMESPACE) is the
+// default of --namespace when set.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, podNamespace string) {
+	ns := podNamespace
 	if ns == "" {
 		ns = "tether-system"
 	}
@@ -137,7 +141,7 @@ func (c *Config) injectOptions() (inject.Options, error) {
 		PlainContainer:      !c.NativeSidecar,
 		PreStopSleep:        c.PreStopSleep,
 		Version:             Version,
-		Store:               c.DefaultStore,
+		Store:               config.StoreBackend(c.DefaultStore),
 		RedisAddress:        c.RedisAddress,
 		RedisPasswordSecret: c.RedisPasswordSecret,
 		RedisUsername:       c.RedisUsername,

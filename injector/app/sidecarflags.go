@@ -24,7 +24,7 @@ var SidecarFlags = []string{
 // names, defaults and help as the injector's own.
 func (c *Config) RegisterSidecarFlags(fs *flag.FlagSet) {
 	all := flag.NewFlagSet("tether-injector", flag.ContinueOnError)
-	c.RegisterFlags(all)
+	c.RegisterFlags(all, "")
 	all.VisitAll(func(f *flag.Flag) {
 		if slices.Contains(SidecarFlags, f.Name) {
 			fs.Var(f.Value, f.Name, f.Usage)

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/tetherproxy/tether/injector/certs"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -46,19 +46,7 @@ func webhookConfig() *admissionv1.MutatingWebhookConfiguration {
 	}
 }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func manager(client *fake.Clientset, clk *clock) *certs.SelfManaged {
+func manager(client *fake.Clientset, clk *testkit.Clock) *certs.SelfManaged {
 	return &certs.SelfManaged{
 		Client: client, Namespace: "tether-system", SecretName: "tether-injector-tls", ServiceName: "tether-injector",
 		ExtraSANs: []string{"127.0.0.1", "injector.test"}, WebhookConfig: "tether",
@@ -107,7 +95,7 @@ func verify(t *testing.T, s *certs.Store, bundle []byte, name string) *x509.Cert
 func TestSelfManagedCreatesSharesAndRenews(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(webhookConfig())
-	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 
 	a := manager(client, clk)
 	if err := a.Sync(ctx); err != nil {
@@ -188,7 +176,7 @@ func TestSelfManagedCreatesSharesAndRenews(t *testing.T) {
 func TestSelfManagedConflictRetries(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(webhookConfig())
-	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	conflicts := 0
 	// The first create loses the race: AlreadyExists, as if another
 	// replica had created the Secret a moment before.
@@ -222,7 +210,7 @@ func TestSelfManagedConflictRetries(t *testing.T) {
 
 func TestSelfManagedMissingWebhook(t *testing.T) {
 	client := fake.NewClientset(webhookConfig())
-	m := manager(client, &clock{t: time.Now()})
+	m := manager(client, testkit.NewClock(time.Now()))
 	m.Webhooks = []string{"nope.tether.dev"}
 	if err := m.Sync(context.Background()); err == nil {
 		t.Fatal("a missing webhook name was not reported")
@@ -233,7 +221,7 @@ func TestSelfManagedMissingWebhook(t *testing.T) {
 // back (the informer triggers a sync long before the interval).
 func TestSelfManagedRunRepatches(t *testing.T) {
 	client := fake.NewClientset(webhookConfig())
-	m := manager(client, &clock{t: time.Now()})
+	m := manager(client, testkit.NewClock(time.Now()))
 	m.Now = nil
 	m.Interval = time.Hour
 	ctx, cancel := context.WithCancel(context.Background())
@@ -241,7 +229,7 @@ func TestSelfManagedRunRepatches(t *testing.T) {
 	go func() { defer close(done); m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	waitFor(t, func() bool { return len(bundleOf(t, client, "ns.inject.tether.dev")) > 0 })
+	testkit.Eventually(t, 10*time.Second, "a caBundle", func() bool { return len(bundleOf(t, client, "ns.inject.tether.dev")) > 0 })
 	want := bundleOf(t, client, "ns.inject.tether.dev")
 	cfg, _ := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "tether", metav1.GetOptions{})
 	for i := range cfg.Webhooks {
@@ -252,18 +240,7 @@ func TestSelfManagedRunRepatches(t *testing.T) {
 	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return string(bundleOf(t, client, "ns.inject.tether.dev")) == string(want) })
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the caBundle restored", func() bool { return string(bundleOf(t, client, "ns.inject.tether.dev")) == string(want) })
 }
 
 func TestDirWatcherReloads(t *testing.T) {
@@ -296,7 +273,7 @@ func TestDirWatcherReloads(t *testing.T) {
 	go func() { defer close(done); w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	write(two)
-	waitFor(t, func() bool { return string(store.Current().CertPEM) == string(two.CertPEM) })
+	testkit.Eventually(t, 10*time.Second, "the new pair loaded", func() bool { return string(store.Current().CertPEM) == string(two.CertPEM) })
 	cfg := store.TLSConfig()
 	if c, err := cfg.GetCertificate(&tls.ClientHelloInfo{}); err != nil || c == nil {
 		t.Fatalf("GetCertificate: %v", err)

@@ -102,8 +102,9 @@ func (m *SelfManaged) Sync(ctx context.Context) error {
 }
 
 // Run syncs until ctx is done: at once, then every Interval, on every
-// change of the webhook configuration, and with backoff after errors.
-func (m *SelfManaged) Run(ctx context.Context) {
+// change of the webhook configuration, and with backoff after errors. It
+// returns nil (a lifecycle.Part): a failed sync is retried, never fatal.
+func (m *SelfManaged) Run(ctx context.Context) error {
 	interval := m.Interval
 	if interval <= 0 {
 		interval = DefaultInterval
@@ -132,7 +133,7 @@ func (m *SelfManaged) Run(ctx context.Context) {
 		wait := interval
 		if err := m.Sync(ctx); err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			m.Log.Warn("self-managed certificates: sync failed, retrying", "err", err, "in", backoff)
 			wait, backoff = backoff, min(backoff*2, interval)
@@ -143,7 +144,7 @@ func (m *SelfManaged) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-trigger:
 			t.Stop()
 		case <-t.C:

@@ -93,8 +93,9 @@ func (d *DirWatcher) Load() error {
 }
 
 // Run reloads on change until ctx is done. A bad pair (the two files
-// caught mid-update) keeps the previous one and is retried next tick.
-func (d *DirWatcher) Run(ctx context.Context) {
+// caught mid-update) keeps the previous one and is retried next tick. It
+// returns nil (a lifecycle.Part).
+func (d *DirWatcher) Run(ctx context.Context) error {
 	iv := d.Interval
 	if iv <= 0 {
 		iv = 10 * time.Second
@@ -104,7 +105,7 @@ func (d *DirWatcher) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			if err := d.Load(); err != nil {
 				d.Log.Warn("reloading serving certificate", "dir", d.Dir, "err", err)

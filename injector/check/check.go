@@ -156,7 +156,7 @@ func Known(names []string) error {
 func defaultConfig(namespace, name string) app.Config {
 	var c app.Config
 	fs := flag.NewFlagSet("tether-injector", flag.ContinueOnError)
-	c.RegisterFlags(fs)
+	c.RegisterFlags(fs, namespace)
 	c.Namespace, c.ServiceName, c.WebhookConfig = namespace, name, name
 	c.SecretName = name + "-tls"
 	return c
@@ -176,7 +176,8 @@ func (in *install) readDeployment(ctx context.Context) {
 	var c app.Config
 	fs := flag.NewFlagSet("tether-injector", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	c.RegisterFlags(fs)
+	// The injector defaults --namespace to its pod's own: the Deployment's.
+	c.RegisterFlags(fs, in.o.Namespace)
 	if len(d.Spec.Template.Spec.Containers) == 0 {
 		in.readErr = fmt.Errorf("Deployment %s/%s has no container", in.o.Namespace, in.o.Name)
 		return

@@ -30,11 +30,11 @@ type Annotations struct {
 	PrefillSelector     string
 	DecodeSelector      string
 	PDGroupLabel        string
-	Affinity            string
+	Affinity            config.AffinityMode
 	ListenPort          int
 	AdminPort           int
 	GossipPort          int
-	Store               string
+	Store               config.StoreBackend
 	RedisAddresses      []string
 	RedisPasswordSecret string
 	RedisUsername       string
@@ -203,7 +203,7 @@ func parseSources(v string, a *Annotations, p *problems) string {
 			if !ok {
 				return fmt.Sprintf("entry %q must be Type:Name (for example Header:X-Session-ID)", entry)
 			}
-			sources = append(sources, config.Source{Type: strings.TrimSpace(typ), Name: strings.TrimSpace(name)})
+			sources = append(sources, config.Source{Type: config.SourceType(strings.TrimSpace(typ)), Name: strings.TrimSpace(name)})
 		}
 	}
 	before := len(*p)
@@ -287,10 +287,11 @@ func parseGroupLabel(v string, a *Annotations, _ *problems) string {
 }
 
 func parseAffinity(v string, a *Annotations, _ *problems) string {
-	if v != config.AffinityHard && v != config.AffinitySoft {
+	mode := config.AffinityMode(v)
+	if mode != config.AffinityHard && mode != config.AffinitySoft {
 		return fmt.Sprintf("unknown mode %q (want hard or soft)", v)
 	}
-	a.Affinity = v
+	a.Affinity = mode
 	return ""
 }
 
@@ -308,9 +309,9 @@ func portInto(field func(*Annotations) *int) parser {
 }
 
 func parseStore(v string, a *Annotations, _ *problems) string {
-	switch v {
+	switch b := config.StoreBackend(v); b {
 	case config.StoreMemory, config.StoreGossip, config.StoreRedis:
-		a.Store = v
+		a.Store = b
 		return ""
 	}
 	return fmt.Sprintf("unknown store %q (want memory, gossip or redis)", v)

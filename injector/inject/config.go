@@ -16,7 +16,7 @@ import (
 // decide: the store (for ports and Secret mounts), the Secrets to mount,
 // and either a ConfigMap name or a rendered config.
 type plan struct {
-	store               string
+	store               config.StoreBackend
 	configMap           string
 	cfg                 *config.Config // nil with a ConfigMap
 	redisPasswordSecret string
@@ -67,7 +67,10 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 	case config.StoreGossip:
 		pl.gossipKeySecret = firstNonEmpty(a.GossipKeySecret, inj.opts.GossipKeySecret)
 	}
-	for _, c := range []struct{ key, store string }{
+	for _, c := range []struct {
+		key   string
+		store config.StoreBackend
+	}{
 		{AnnotationRedisAddress, config.StoreRedis},
 		{AnnotationRedisPasswordSecret, config.StoreRedis},
 		{AnnotationRedisUsername, config.StoreRedis},
@@ -334,7 +337,7 @@ func fieldProblems(err error) problems {
 	return p
 }
 
-func firstNonEmpty(s ...string) string {
+func firstNonEmpty[S ~string](s ...S) S {
 	for _, v := range s {
 		if v != "" {
 			return v

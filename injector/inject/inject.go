@@ -35,7 +35,7 @@ type Options struct {
 	// another version is stripped and injected again.
 	Version string
 	// Store is the default store for pods without tether.dev/store.
-	Store string
+	Store config.StoreBackend
 	// RedisAddress (host:port, or several comma-separated for Cluster) is
 	// used by redis-store pods without tether.dev/redis-address.
 	RedisAddress string

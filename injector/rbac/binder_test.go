@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherproxy/tether/injector/inject"
 	"github.com/tetherproxy/tether/injector/rbac"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -95,7 +96,7 @@ func TestBinderBindsTheRoutersServiceAccounts(t *testing.T) {
 
 	// The router's own service account, not the namespace's group; not the
 	// model server's, which was not injected.
-	eventually(t, "the router's account bound in llm", subjects("llm", "router"))
+	testkit.Eventually(t, 10*time.Second, "the router's account bound in llm", subjects("llm", "router"))
 	if get("other") != nil || get("empty") != nil {
 		t.Fatal("binding in an unlabelled namespace, or in one without injected pods")
 	}
@@ -104,52 +105,41 @@ func TestBinderBindsTheRoutersServiceAccounts(t *testing.T) {
 	if _, err := pods("llm").Create(ctx, pod("llm", "canary-0", "router-canary", true), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "both accounts bound", subjects("llm", "router", "router-canary"))
+	testkit.Eventually(t, 10*time.Second, "both accounts bound", subjects("llm", "router", "router-canary"))
 	if err := pods("llm").Delete(ctx, "router-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the gone router's account unbound", subjects("llm", "router-canary"))
+	testkit.Eventually(t, 10*time.Second, "the gone router's account unbound", subjects("llm", "router-canary"))
 	if err := pods("llm").Delete(ctx, "canary-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "no injected pod, no binding", subjects("llm"))
+	testkit.Eventually(t, 10*time.Second, "no injected pod, no binding", subjects("llm"))
 
 	// Label "other": it gets one. Unlabel it: the binding goes.
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns("other", true), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "binding follows the label", subjects("other", "router"))
+	testkit.Eventually(t, 10*time.Second, "binding follows the label", subjects("other", "router"))
 
 	// A binding deleted by hand comes back; subjects edited by hand are put back.
 	if err := client.RbacV1().RoleBindings("other").Delete(ctx, rbac.DefaultBindingName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "binding restored", subjects("other", "router"))
+	testkit.Eventually(t, 10*time.Second, "binding restored", subjects("other", "router"))
 	edited := get("other")
 	edited.Subjects = append(edited.Subjects, rbacv1.Subject{Kind: "User", Name: "mallory", APIGroup: rbacv1.GroupName})
 	if _, err := client.RbacV1().RoleBindings("other").Update(ctx, edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "subjects repaired", subjects("other", "router"))
+	testkit.Eventually(t, 10*time.Second, "subjects repaired", subjects("other", "router"))
 
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns("other", false), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "unlabelled: binding removed", subjects("other"))
+	testkit.Eventually(t, 10*time.Second, "unlabelled: binding removed", subjects("other"))
 
 	// A RoleBinding of that name that tether does not manage is left alone.
 	if rb := get("foreign"); rb == nil || !reflect.DeepEqual(rb.Subjects, foreign.Subjects) || rb.RoleRef != foreign.RoleRef {
 		t.Fatalf("a RoleBinding tether does not own was changed: %+v", rb)
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -1,8 +1,11 @@
 // Package config is tether-sidecar's configuration: one typed schema read
-// from YAML or JSON, with defaults applied in one place and a Validate that
-// names the field and the rule of every problem it finds. The injector
-// imports this package to turn pod annotations into the same schema, so a
-// configuration the webhook accepts is one the sidecar starts with.
+// from YAML or JSON, with defaults applied in one place (SetDefaults) and
+// a Validate that names the field and the rule of every problem it finds.
+// The words a config chooses among are named types (SourceType,
+// StoreBackend, AffinityMode), and Listeners groups the pools by the
+// address they are served on. The injector imports this package to turn
+// pod annotations into the same schema, so a configuration the webhook
+// accepts is one the sidecar starts with.
 package config
 
 import (
@@ -33,17 +36,20 @@ type Config struct {
 
 // Store selects and configures where bindings live.
 type Store struct {
-	Backend string       `json:"backend,omitempty"` // memory | gossip | redis
+	Backend StoreBackend `json:"backend,omitempty"`
 	Memory  MemoryStore  `json:"memory,omitempty"`
 	Redis   *RedisStore  `json:"redis,omitempty"`
 	Gossip  *GossipStore `json:"gossip,omitempty"`
 }
 
+// StoreBackend says where bindings live.
+type StoreBackend string
+
 // Store backends.
 const (
-	StoreMemory = "memory"
-	StoreGossip = "gossip"
-	StoreRedis  = "redis"
+	StoreMemory StoreBackend = "memory"
+	StoreGossip StoreBackend = "gossip"
+	StoreRedis  StoreBackend = "redis"
 )
 
 // MemoryStore bounds the per-process store.
@@ -131,6 +137,32 @@ type Pool struct {
 	SessionToken *SessionToken `json:"sessionToken,omitempty"`
 }
 
+// Listener is one address the sidecar serves pools on.
+type Listener struct {
+	Addr string
+	// Pools are the indexes in Config.Pools of the pools served here, in
+	// document order; with more than one, a request's "model" picks.
+	Pools []int
+}
+
+// Listeners groups the pools by their listen address, in order of first
+// use (so errors and startup come in document order). Call SetDefaults
+// first: a pool without listen is served on Config.Listen.
+func (c *Config) Listeners() []Listener {
+	var ls []Listener
+	at := map[string]int{}
+	for i, p := range c.Pools {
+		j, seen := at[p.Listen]
+		if !seen {
+			j = len(ls)
+			at[p.Listen] = j
+			ls = append(ls, Listener{Addr: p.Listen})
+		}
+		ls[j].Pools = append(ls[j].Pools, i)
+	}
+	return ls
+}
+
 // LoadMetrics configures scraping each backend's Prometheus endpoint.
 // Metric names are lists: the first one a backend exposes is used, so one
 // list covers vLLM (both generations of names) and SGLang.
@@ -163,6 +195,29 @@ func (p *Pool) Load() *LoadMetrics {
 	return p.LoadMetrics
 }
 
+// RoutingHeaders are the request headers that carry the sidecar's own
+// routing state for this pool, which a client's value must never reach a
+// backend in: the PD prefill headers (the sidecar sets them for the decode
+// pod; a client's value would aim its prefill request at a host of the
+// client's choosing, so the defaults are listed for every pool), the
+// endpoint header of the Gateway API inference extension, and the session
+// tokens (the sidecar's routing state, not the model server's business).
+func (p *Pool) RoutingHeaders() []string {
+	hs := []string{DefaultPrefillHeader, "x-gateway-destination-endpoint"}
+	if p.Backends.PrefillHeader != "" {
+		hs = append(hs, p.Backends.PrefillHeader)
+	}
+	if t := p.SessionToken; t != nil {
+		hs = append(hs, t.Header, t.PrefillHeader)
+	}
+	for _, s := range p.SessionSticky.Sources {
+		if s.Type == SourceToken {
+			hs = append(hs, s.Name)
+		}
+	}
+	return hs
+}
+
 // SessionToken configures tether's stateless session tokens.
 type SessionToken struct {
 	// Header is the response header the token of the chosen backend is
@@ -192,23 +247,26 @@ func (s SessionSticky) TTL() time.Duration {
 
 // Source is one place a session key may come from.
 type Source struct {
-	Type string `json:"type"`
-	Name string `json:"name"`
+	Type SourceType `json:"type"`
+	Name string     `json:"name"`
 }
+
+// SourceType is the kind of place a session key is read from.
+type SourceType string
 
 // Source types.
 const (
-	SourceHeader   = "Header"
-	SourceQuery    = "Query"
-	SourceCookie   = "Cookie"
-	SourceJWTClaim = "JWTClaim"
+	SourceHeader   SourceType = "Header"
+	SourceQuery    SourceType = "Query"
+	SourceCookie   SourceType = "Cookie"
+	SourceJWTClaim SourceType = "JWTClaim"
 	// SourceToken reads the header Name as a session token written by
 	// the sidecar (pool.sessionToken): it names a backend, not a session.
-	SourceToken = "Token"
+	SourceToken SourceType = "Token"
 )
 
 // SourceTypes lists the valid source types in the order errors name them.
-var SourceTypes = []string{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken}
+var SourceTypes = []SourceType{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken}
 
 // Backends says where a pool's model servers are: a static list, a
 // Kubernetes selector, or prefill/decode selectors for PD pools.
@@ -235,19 +293,24 @@ func (b Backends) IsPD() bool { return b.Prefill != nil || b.Decode != nil }
 
 // Affinity is the pool's pinning policy.
 type Affinity struct {
-	Mode       string `json:"mode,omitempty"` // hard | soft
-	MaxWaiting int    `json:"maxWaiting,omitempty"`
-	LoadMargin int    `json:"loadMargin,omitempty"`
+	Mode       AffinityMode `json:"mode,omitempty"`
+	MaxWaiting int          `json:"maxWaiting,omitempty"`
+	LoadMargin int          `json:"loadMargin,omitempty"`
 	// Cooldown is how long after a session was moved (a broken pin or a
 	// rebind) soft affinity leaves it alone, so sessions do not flap.
-	// Zero means DefaultAffinityCooldown (see CooldownOrDefault).
+	// SetDefaults sets DefaultAffinityCooldown in soft pools.
 	Cooldown Duration `json:"cooldown,omitzero"`
 }
 
+// AffinityMode is a pool's pinning policy.
+type AffinityMode string
+
 // Affinity modes.
 const (
-	AffinityHard = "hard"
-	AffinitySoft = "soft"
+	// AffinityHard pins a session while its backend is selectable (Kthena's rule).
+	AffinityHard AffinityMode = "hard"
+	// AffinitySoft breaks a pin whose backend is overloaded by a margin.
+	AffinitySoft AffinityMode = "soft"
 )
 
 // Duration is a time.Duration written as a Go duration string ("50ms", "5m").

@@ -334,7 +334,7 @@ func TestSoftAndTokenDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, h := c.Pools[0], c.Pools[1]
-	if s.Affinity.CooldownOrDefault() != DefaultAffinityCooldown || s.Load() == nil {
+	if s.Affinity.Cooldown.Duration != DefaultAffinityCooldown || s.Load() == nil {
 		t.Fatalf("soft pool: cooldown %s, loadMetrics %+v", s.Affinity.Cooldown, s.Load())
 	}
 	l := s.Load()
@@ -353,7 +353,7 @@ func TestSoftAndTokenDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := c.Pools[0]; p.Affinity.CooldownOrDefault() != 5*time.Second || p.Load().Interval.Duration != 2*time.Second || p.Load().Timeout.Duration != DefaultLoadTimeout {
+	if p := c.Pools[0]; p.Affinity.Cooldown.Duration != 5*time.Second || p.Load().Interval.Duration != 2*time.Second || p.Load().Timeout.Duration != DefaultLoadTimeout {
 		t.Fatalf("explicit values: %+v %+v", p.Affinity, p.Load())
 	}
 	off := false
@@ -391,5 +391,21 @@ func TestGossipInsecure(t *testing.T) {
 	}
 	if !c.Store.Gossip.Insecure || c.Store.Gossip.SecretKeyFile != "" {
 		t.Fatalf("gossip = %+v", c.Store.Gossip)
+	}
+}
+
+// TestListeners: pools are grouped by their listen address in order of
+// first use, a pool without listen on the top-level one.
+func TestListeners(t *testing.T) {
+	c, err := Parse([]byte(doc("listen: 127.0.0.1:9000",
+		pool("name: a", "models: [a]"),
+		pool("name: b", "listen: 127.0.0.1:9001"),
+		pool("name: c", "models: [c]"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Listener{{Addr: "127.0.0.1:9000", Pools: []int{0, 2}}, {Addr: "127.0.0.1:9001", Pools: []int{1}}}
+	if got := c.Listeners(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Listeners = %+v, want %+v", got, want)
 	}
 }

@@ -118,10 +118,12 @@ func (p *Pool) setDefaults(listen string) {
 	if a.LoadMargin == 0 {
 		a.LoadMargin = DefaultLoadMargin
 	}
-	// A hard pool's rendered config (the injector writes it into pods)
-	// stays as it was: the cool-down default is applied where it is read
-	// (CooldownOrDefault), and a soft pool without a loadMetrics block
-	// scrapes with the defaults (Pool.Load).
+	// The cool-down is a soft pool's only: a hard pool's config (which the
+	// injector renders into pods with its defaults) stays as it was. A soft
+	// pool without a loadMetrics block scrapes with the defaults (Pool.Load).
+	if a.Mode == AffinitySoft {
+		setDuration(&a.Cooldown, DefaultAffinityCooldown)
+	}
 	if p.LoadMetrics != nil {
 		p.LoadMetrics.setDefaults()
 	}
@@ -139,15 +141,6 @@ func setDuration(d *Duration, def time.Duration) {
 	if d.Duration == 0 {
 		d.Duration = def
 	}
-}
-
-// CooldownOrDefault is the soft-affinity cool-down: Cooldown, or
-// DefaultAffinityCooldown when unset.
-func (a Affinity) CooldownOrDefault() time.Duration {
-	if a.Cooldown.Duration == 0 {
-		return DefaultAffinityCooldown
-	}
-	return a.Cooldown.Duration
 }
 
 func (l *LoadMetrics) setDefaults() {

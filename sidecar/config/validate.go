@@ -58,30 +58,19 @@ func (c *Config) Validate() error {
 // validateSharedListeners: pools on one listener are told apart by the
 // body's "model", so each needs models and no model may be claimed twice.
 func (c *Config) validateSharedListeners(e *errs) {
-	// Listeners in order of first use, so errors come in document order
-	// (ranging over the map would shuffle them from run to run).
-	byListen := map[string][]int{}
-	var order []string
-	for i, p := range c.Pools {
-		if _, seen := byListen[p.Listen]; !seen {
-			order = append(order, p.Listen)
-		}
-		byListen[p.Listen] = append(byListen[p.Listen], i)
-	}
-	for _, listen := range order {
-		idx := byListen[listen]
-		if len(idx) < 2 {
+	for _, l := range c.Listeners() {
+		if len(l.Pools) < 2 {
 			continue
 		}
 		owner := map[string]int{}
-		for _, i := range idx {
+		for _, i := range l.Pools {
 			f := fmt.Sprintf("pools[%d].models", i)
 			if len(c.Pools[i].Models) == 0 {
-				e.add(f, "required when several pools share listen %s", listen)
+				e.add(f, "required when several pools share listen %s", l.Addr)
 			}
 			for _, m := range c.Pools[i].Models {
 				if j, dup := owner[m]; dup && j != i {
-					e.add(f, "model %q is also served by pools[%d] on listen %s", m, j, listen)
+					e.add(f, "model %q is also served by pools[%d] on listen %s", m, j, l.Addr)
 				}
 				owner[m] = i
 			}

@@ -161,24 +161,3 @@ func newVerifier(t testing.TB, cfg *config.JWT) (*Verifier, *prometheus.Registry
 	}
 	return v, reg
 }
-
-// counter reads a counter from reg; label "" reads an unlabelled one.
-func counter(t testing.TB, reg *prometheus.Registry, name, reason string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if reason == "" || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == reason) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("metric %s{reason=%q} not found", name, reason)
-	return 0
-}

@@ -17,14 +17,15 @@ import (
 // A new key set replaces the old one atomically. A change that fails to
 // load (a half-written file, a bad key) keeps the old keys, is logged and
 // counted in tether_jwt_key_reload_errors_total once per distinct content,
-// and is retried on every poll until the files are fixed.
-func (v *Verifier) Run(ctx context.Context) {
+// and is retried on every poll until the files are fixed. It returns nil
+// (a lifecycle.Part).
+func (v *Verifier) Run(ctx context.Context) error {
 	t := time.NewTicker(v.pollEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			v.reload()
 		}

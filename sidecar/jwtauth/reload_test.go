@@ -11,19 +11,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // runVerifier starts Run with a fast poll and stops it when the test ends.
 func runVerifier(t *testing.T, v *Verifier) {
@@ -62,18 +51,18 @@ func TestReloadPEM(t *testing.T) {
 	}
 
 	replace(t, path, pemPublic(t, &k.rsa2.PublicKey))
-	eventually(t, "rotation to key 2", func() bool { return accepts(tok2) })
+	testkit.Eventually(t, 10*time.Second, "rotation to key 2", func() bool { return accepts(tok2) })
 	if accepts(tok1) {
 		t.Fatal("after rotation: key 1 still accepted")
 	}
 
 	// A broken rotation keeps the working keys and is counted once.
 	replace(t, path, []byte("-----BEGIN PUBLIC KEY-----\ngarbage\n"))
-	eventually(t, "reload error counted", func() bool {
-		return counter(t, reg, "tether_jwt_key_reload_errors_total", "") == 1
+	testkit.Eventually(t, 10*time.Second, "reload error counted", func() bool {
+		return testkit.Metric(t, reg, "tether_jwt_key_reload_errors_total") == 1
 	})
 	time.Sleep(50 * time.Millisecond) // several more polls of the same bad file
-	if n := counter(t, reg, "tether_jwt_key_reload_errors_total", ""); n != 1 {
+	if n := testkit.Metric(t, reg, "tether_jwt_key_reload_errors_total"); n != 1 {
 		t.Fatalf("reload errors = %v after repeated polls of one bad file, want 1", n)
 	}
 	if !accepts(tok2) {
@@ -84,8 +73,8 @@ func TestReloadPEM(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "missing file counted", func() bool {
-		return counter(t, reg, "tether_jwt_key_reload_errors_total", "") == 2
+	testkit.Eventually(t, 10*time.Second, "missing file counted", func() bool {
+		return testkit.Metric(t, reg, "tether_jwt_key_reload_errors_total") == 2
 	})
 	if !accepts(tok2) {
 		t.Fatal("after a missing file: previous key lost")
@@ -93,7 +82,7 @@ func TestReloadPEM(t *testing.T) {
 
 	// Fixed: the next good content loads.
 	replace(t, path, pemPublic(t, &k.rsa.PublicKey))
-	eventually(t, "rotation back to key 1", func() bool { return accepts(tok1) })
+	testkit.Eventually(t, 10*time.Second, "rotation back to key 1", func() bool { return accepts(tok1) })
 }
 
 // TestReloadSecretVolume rotates an HMAC secret the way the kubelet
@@ -128,7 +117,7 @@ func TestReloadSecretVolume(t *testing.T) {
 		t.Fatal("before rotation: want secret 1 only")
 	}
 	write("..2024_01_02", secret2)
-	eventually(t, "rotation to secret 2", func() bool { return accepts(tok2) })
+	testkit.Eventually(t, 10*time.Second, "rotation to secret 2", func() bool { return accepts(tok2) })
 	if accepts(tok1) {
 		t.Fatal("after rotation: secret 1 still accepted")
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -86,7 +87,7 @@ func TestAccept(t *testing.T) {
 				t.Fatalf("Claim = %q, %v; want user-1, true", got, ok)
 			}
 			for _, r := range reasons {
-				if n := counter(t, reg, "tether_jwt_rejected_total", r); n != 0 {
+				if n := testkit.Metric(t, reg, "tether_jwt_rejected_total", "reason", r); n != 0 {
 					t.Errorf("rejected{reason=%s} = %v, want 0", r, n)
 				}
 			}
@@ -171,7 +172,7 @@ func TestReject(t *testing.T) {
 				if r == tc.reason {
 					want = 1
 				}
-				if n := counter(t, reg, "tether_jwt_rejected_total", r); n != want {
+				if n := testkit.Metric(t, reg, "tether_jwt_rejected_total", "reason", r); n != want {
 					t.Errorf("rejected{reason=%s} = %v, want %v", r, n, want)
 				}
 			}
@@ -227,13 +228,13 @@ func TestClaims(t *testing.T) {
 	if _, ok := v.Claims(tok, []string{"x", "y"}); ok {
 		t.Fatal("Claims with no present claim: ok")
 	}
-	if n := counter(t, reg, "tether_jwt_rejected_total", ReasonMissingClaim); n != 1 {
+	if n := testkit.Metric(t, reg, "tether_jwt_rejected_total", "reason", ReasonMissingClaim); n != 1 {
 		t.Fatalf("missing_claim = %v, want 1", n)
 	}
 	if _, ok := v.Claims("x.y.z", []string{"a", "b", "c"}); ok {
 		t.Fatal("bad token: ok")
 	}
-	if n := counter(t, reg, "tether_jwt_rejected_total", ReasonMalformed); n != 1 {
+	if n := testkit.Metric(t, reg, "tether_jwt_rejected_total", "reason", ReasonMalformed); n != 1 {
 		t.Fatalf("malformed = %v, want 1", n)
 	}
 	var nilV *Verifier
@@ -296,7 +297,7 @@ func TestMetricsRegistration(t *testing.T) {
 	if _, err := New(cfg, reg, nil); err == nil {
 		t.Fatal("registering twice on one registry: no error")
 	}
-	if counter(t, reg, "tether_jwt_key_reload_errors_total", "") != 0 {
+	if testkit.Metric(t, reg, "tether_jwt_key_reload_errors_total") != 0 {
 		t.Fatal("reload errors not 0")
 	}
 }

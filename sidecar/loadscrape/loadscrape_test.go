@@ -2,6 +2,7 @@ package loadscrape
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/tetherproxy/tether/e2e/modelsim/sim"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -87,15 +89,8 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// clock is a settable fake clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+func newClock() *testkit.Clock { return testkit.NewClock(time.Unix(1000, 0)) }
 
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
-func newClock() *clock               { return &clock{t: time.Unix(1000, 0)} }
 func page(body string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(body)) }
 }
@@ -114,7 +109,7 @@ func (s *settable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
-func newScraper(t *testing.T, clk *clock, addrs ...string) (*Scraper, *prometheus.Registry) {
+func newScraper(t *testing.T, clk *testkit.Clock, addrs ...string) (*Scraper, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
 	cfg := defaults()
 	cfg.Timeout.Duration = 2 * time.Second
@@ -216,21 +211,16 @@ func TestModelsim(t *testing.T) {
 			}
 		})
 	}
-	s, _ := newScraper(t, &clock{t: time.Now()}, addr)
+	s, _ := newScraper(t, testkit.NewClock(time.Now()), addr)
 	s.o.Now = time.Now
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if smp, ok := s.Get(addr); ok && smp.Waiting == 2 && smp.Running == 1 {
-			break
+	testkit.Eventually(t, 10*time.Second, "modelsim's load scraped", func() error {
+		if smp, ok := s.Get(addr); !ok || smp.Waiting != 2 || smp.Running != 1 {
+			return fmt.Errorf("sample %+v %v", smp, ok)
 		}
-		if time.Now().After(deadline) {
-			smp, ok := s.Get(addr)
-			t.Fatalf("modelsim load never seen: %+v %v", smp, ok)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

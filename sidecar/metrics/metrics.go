@@ -1,28 +1,27 @@
-// Package metrics holds the request-path Prometheus metrics of the sidecar.
-// Packages with their own concerns (stores, jwtauth, discovery) register
-// their own metrics on the same Registerer; this one is what every request
-// touches.
+// Package metrics holds the request-path Prometheus metrics of the sidecar:
+// the vectors, registered once per process, and Child and Codes, with
+// which the resolver and the proxy take their pool's children once
+// instead of looking them up on every request. The label values (decisions, rebind
+// reasons) belong to the packages that decide them. Packages with their
+// own concerns (stores, jwtauth, discovery) register their own metrics on
+// the same Registerer.
 package metrics
 
 import (
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherproxy/tether/sidecar/buildinfo"
 )
 
-// Decisions of the sticky resolver, used as label values and in the access log.
-const (
-	DecisionHit    = "hit"    // the bound backend was selectable and used
-	DecisionMiss   = "miss"   // no binding: a backend was chosen and bound
-	DecisionRebind = "rebind" // the binding was stale: a new backend was bound
-	DecisionNone   = "none"   // no session key (or no store): balanced, not bound
-	DecisionBroken = "broken" // soft affinity broke an overloaded pin
-)
-
 // Metrics are the request-path metrics.
 type Metrics struct {
 	Requests        *prometheus.CounterVec   // pool, decision, code
-	Sessions        *prometheus.CounterVec   // pool, result: hit|miss|rebind|broken
+	Sessions        *prometheus.CounterVec   // pool, result
 	Rebinds         *prometheus.CounterVec   // pool, reason
 	AffinityBroken  *prometheus.CounterVec   // pool, reason
 	StoreFallbacks  *prometheus.CounterVec   // pool, op
@@ -32,13 +31,6 @@ type Metrics struct {
 	UpstreamLatency *prometheus.HistogramVec // pool: until response headers
 	RequestDuration *prometheus.HistogramVec // pool: whole request incl. streaming
 }
-
-// Rebind reasons.
-const (
-	ReasonUnselectable  = "unselectable"   // the bound backend left the selectable set
-	ReasonConnectFailed = "connect_failed" // the bound backend refused a connection
-	ReasonOverload      = "overload"       // soft affinity
-)
 
 // latencyBuckets span a cached decode step (ms) to a long cold prefill (minutes).
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
@@ -94,4 +86,59 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Requests, m.Sessions, m.Rebinds, m.AffinityBroken, m.StoreFallbacks, m.Retries,
 		m.BackendFailures, m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
 	return m
+}
+
+// Child returns the child of a vector for fixed label values
+// (vec.WithLabelValues as with), created on the first call and returned
+// as it is on every later one. Built once per pool, it keeps label hashing
+// and lookups off the request path, and, unlike resolving the child up
+// front, exports a series only once it has something to count, as a
+// lookup per request did (a hard-affinity pool has no broken-pin series).
+func Child[T any](with func(...string) T, labelValues ...string) func() T {
+	return sync.OnceValue(func() T { return with(labelValues...) })
+}
+
+// Codes are one pool's children of a counter vector labelled (pool,
+// decision, code), such as tether_requests_total. A child is created the
+// first time its decision and status code are counted and kept in a map
+// that is replaced, never changed, so counting a request takes one atomic
+// load and a map lookup: no label hashing, no lock, no allocation.
+type Codes struct {
+	vec  *prometheus.CounterVec
+	pool string
+	mu   sync.Mutex // serialises adding children
+	m    atomic.Pointer[map[codeKey]prometheus.Counter]
+}
+
+type codeKey struct {
+	decision string
+	code     int
+}
+
+// NewCodes returns pool's children of vec.
+func NewCodes(vec *prometheus.CounterVec, pool string) *Codes {
+	c := &Codes{vec: vec, pool: pool}
+	c.m.Store(&map[codeKey]prometheus.Counter{})
+	return c
+}
+
+// Inc counts one request of decision answered with code.
+func (c *Codes) Inc(decision string, code int) {
+	k := codeKey{decision, code}
+	if ctr, ok := (*c.m.Load())[k]; ok {
+		ctr.Inc()
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := *c.m.Load()
+	ctr, ok := old[k]
+	if !ok {
+		ctr = c.vec.WithLabelValues(c.pool, decision, strconv.Itoa(code))
+		next := make(map[codeKey]prometheus.Counter, len(old)+1)
+		maps.Copy(next, old)
+		next[k] = ctr
+		c.m.Store(&next)
+	}
+	ctr.Inc()
 }

@@ -2,7 +2,9 @@
 // httputil.ReverseProxy with Rewrite, streaming flushed as it arrives,
 // client cancellation propagated, one retry on another backend when the
 // chosen one refuses the connection (before any byte reached the client),
-// an access-log line and metrics per request. It knows no stores.
+// the session tokens the decision carries written into the response, and
+// one access-log line and the metrics of each request, however it ends
+// (one deferred finish). It knows no stores and no tokens' format.
 package proxy
 
 import (
@@ -15,9 +17,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/metrics"
@@ -33,18 +36,32 @@ type Pool struct {
 	// PrefillHeader, in PD pools, carries the prefill pod's host:port to
 	// the decode pod.
 	PrefillHeader string
-	// Tokens, when set, writes the chosen backend into every response as
-	// a session token (header TokenHeader; the prefill backend's in
-	// PrefillTokenHeader).
-	Tokens             TokenSigner
-	TokenHeader        string
-	PrefillTokenHeader string
+	// StripHeaders are routing headers a client must not be able to set
+	// (config.Pool.RoutingHeaders): every pool's on the listener are
+	// removed from every request before forwarding.
+	StripHeaders []string
+
+	m poolMetrics
 }
 
-// TokenSigner makes session tokens; token.Codec implements it.
-type TokenSigner interface {
-	Sign(backend, prefill string, since time.Time) string
-	Prefill(prefill string, since time.Time) string
+// poolMetrics are the proxy's children of the request-path metrics, taken
+// once for the pool (metrics.Child).
+type poolMetrics struct {
+	requests *metrics.Codes
+	inFlight func() prometheus.Gauge
+	upstream func() prometheus.Observer
+	duration func() prometheus.Observer
+	retries  func() prometheus.Counter
+}
+
+func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
+	return poolMetrics{
+		requests: metrics.NewCodes(m.Requests, pool),
+		inFlight: metrics.Child(m.InFlight.WithLabelValues, pool),
+		upstream: metrics.Child(m.UpstreamLatency.WithLabelValues, pool),
+		duration: metrics.Child(m.RequestDuration.WithLabelValues, pool),
+		retries:  metrics.Child(m.Retries.WithLabelValues, pool),
+	}
 }
 
 // Options configure a Handler.
@@ -55,17 +72,17 @@ type Options struct {
 	Metrics      *metrics.Metrics
 	// AccessLog receives one line per request.
 	AccessLog *slog.Logger
-	// StripHeaders are removed from every request before forwarding:
-	// routing hints a client must not be able to set.
-	StripHeaders []string
-	Now          func() time.Time
+	Now       func() time.Time
 }
 
 // Handler serves one listener.
 type Handler struct {
 	o       Options
 	byModel map[string]*Pool
+	strip   []string // every pool's StripHeaders
 	rp      *httputil.ReverseProxy
+	// noPool counts requests that matched no pool (pool label "").
+	noPool *metrics.Codes
 }
 
 // attempt travels in the request context from ServeHTTP through the
@@ -90,8 +107,10 @@ func New(o Options) *Handler {
 	if o.AccessLog == nil {
 		o.AccessLog = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{o: o, byModel: make(map[string]*Pool)}
+	h := &Handler{o: o, byModel: make(map[string]*Pool), noPool: metrics.NewCodes(o.Metrics.Requests, "")}
 	for i := range h.o.Pools {
+		h.o.Pools[i].m = newPoolMetrics(o.Metrics, h.o.Pools[i].Name)
+		h.strip = append(h.strip, h.o.Pools[i].StripHeaders...)
 		for _, m := range h.o.Pools[i].Models {
 			h.byModel[m] = &h.o.Pools[i]
 		}
@@ -99,7 +118,7 @@ func New(o Options) *Handler {
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		ModifyResponse: h.modifyResponse,
-		Transport:      &retryTransport{base: o.Transport, m: o.Metrics, now: o.Now},
+		Transport:      &retryTransport{base: o.Transport, now: o.Now},
 		ErrorHandler:   h.proxyError,
 		// Responses of unknown length (SSE, chunked) are flushed on every
 		// write by ReverseProxy itself; fixed-length ones need no flushing.
@@ -130,9 +149,17 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return io.ReadAll(body)
 }
 
+// ServeHTTP forwards one request. Whichever way it ends (an early error
+// answer, a proxied response, a client gone mid-stream), it is logged and
+// counted once, by the deferred finish.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.o.Now()
 	rec := &recorder{ResponseWriter: w}
+	var (
+		pool *Pool
+		att  *attempt
+	)
+	defer func() { h.finish(rec, r, pool, att, start) }()
 	body, err := readBody(w, r, h.o.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -141,25 +168,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else {
 			writeError(rec, http.StatusBadRequest, "reading request body: "+err.Error())
 		}
-		h.finish(rec, r, nil, nil, start)
 		return
 	}
 	pool, status, msg := h.pool(body)
 	if pool == nil {
 		writeError(rec, status, msg)
-		h.finish(rec, r, nil, nil, start)
 		return
 	}
 	d, err := pool.Resolver.Resolve(r.Context(), r)
 	if err != nil {
 		rec.Header().Set("Retry-After", "1")
 		writeError(rec, http.StatusServiceUnavailable, "pool "+pool.Name+": "+err.Error())
-		h.finish(rec, r, pool, nil, start)
 		return
 	}
-	att := &attempt{pool: pool, d: d, body: body, release: pool.Balancer.Acquire(d.Backend.ID)}
+	att = &attempt{pool: pool, d: d, body: body, release: pool.Balancer.Acquire(d.Backend.ID)}
 	defer func() { att.release() }()
-	inflight := h.o.Metrics.InFlight.WithLabelValues(pool.Name)
+	inflight := pool.m.inFlight()
 	inflight.Inc()
 	defer inflight.Dec()
 
@@ -168,7 +192,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out.ContentLength = int64(len(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	h.rp.ServeHTTP(rec, out)
-	h.finish(rec, r, pool, att, start)
 }
 
 // pool picks the pool of a request: the only one on the listener, or the
@@ -194,23 +217,21 @@ func (h *Handler) pool(body []byte) (*Pool, int, string) {
 func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	att := pr.In.Context().Value(attemptKey{}).(*attempt)
 	pr.SetXForwarded()
-	for _, name := range h.o.StripHeaders {
+	for _, name := range h.strip {
 		pr.Out.Header.Del(name)
 	}
 	target(pr.Out, att)
 }
 
-// modifyResponse writes the session token of the backend that answered
+// modifyResponse writes the session tokens of the decision that answered
 // (after a retry, the second one), replacing any a backend set.
 func (h *Handler) modifyResponse(resp *http.Response) error {
 	att, _ := resp.Request.Context().Value(attemptKey{}).(*attempt)
-	if att == nil || att.pool.Tokens == nil || att.d.Backend.ID == "" {
+	if att == nil {
 		return nil
 	}
-	p, d := att.pool, att.d
-	resp.Header.Set(p.TokenHeader, p.Tokens.Sign(d.Backend.ID, d.Prefill.ID, d.Since))
-	if d.Prefill.ID != "" && p.PrefillTokenHeader != "" {
-		resp.Header.Set(p.PrefillTokenHeader, p.Tokens.Prefill(d.Prefill.ID, d.Since))
+	for _, t := range att.d.Tokens {
+		resp.Header.Set(t.Name, t.Value)
 	}
 	return nil
 }
@@ -233,7 +254,6 @@ func target(out *http.Request, att *attempt) {
 // none reached the client, so the retry cannot duplicate work.
 type retryTransport struct {
 	base http.RoundTripper
-	m    *metrics.Metrics
 	now  func() time.Time
 }
 
@@ -247,7 +267,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rerr != nil {
 		return nil, fmt.Errorf("%w (and no other backend: %v)", err, rerr)
 	}
-	t.m.Retries.WithLabelValues(att.pool.Name).Inc()
+	att.pool.m.retries().Inc()
 	att.retried = true
 	att.d = nd
 	att.release()
@@ -293,19 +313,18 @@ func (h *Handler) finish(rec *recorder, r *http.Request, pool *Pool, att *attemp
 	if code == 0 {
 		code = http.StatusOK
 	}
-	poolName, decision := "", ""
+	decision := "error" // no decision was made: the request failed before
 	attrs := make([]slog.Attr, 0, 16)
 	if pool != nil {
-		poolName = pool.Name
 		attrs = append(attrs, slog.String("pool", pool.Name))
 	}
 	if att != nil {
 		d := att.d
-		decision = d.Decision
+		decision = string(d.Outcome)
 		attrs = append(attrs,
-			slog.String("source", d.Source),
+			slog.String("source", string(d.Source)),
 			slog.String("key_hash", d.KeyHash),
-			slog.String("decision", d.Decision),
+			slog.String("decision", decision),
 			slog.String("selected_pod", d.Backend.Name),
 		)
 		if d.Prefill.ID != "" {
@@ -318,7 +337,7 @@ func (h *Handler) finish(rec *recorder, r *http.Request, pool *Pool, att *attemp
 			attrs = append(attrs, slog.Bool("store_error", true))
 		}
 		if !att.start.IsZero() {
-			h.o.Metrics.UpstreamLatency.WithLabelValues(poolName).Observe(att.header.Seconds())
+			pool.m.upstream().Observe(att.header.Seconds())
 			attrs = append(attrs, slog.Float64("upstream_header_ms", ms(att.header)))
 		}
 	}
@@ -330,13 +349,12 @@ func (h *Handler) finish(rec *recorder, r *http.Request, pool *Pool, att *attemp
 		slog.Float64("duration_ms", ms(elapsed)),
 	)
 	h.o.AccessLog.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
-	if decision == "" {
-		decision = "error"
+	if pool == nil {
+		h.noPool.Inc(decision, code)
+		return
 	}
-	h.o.Metrics.Requests.WithLabelValues(poolName, decision, strconv.Itoa(code)).Inc()
-	if pool != nil {
-		h.o.Metrics.RequestDuration.WithLabelValues(poolName).Observe(elapsed.Seconds())
-	}
+	pool.m.requests.Inc(decision, code)
+	pool.m.duration().Observe(elapsed.Seconds())
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,6 +1,10 @@
 // Package resolve is the sticky decision: session key → binding → backend.
-// It reads the request only through its Extractor and knows nothing else
-// of HTTP, so it is tested with fakes of the store and discovery.
+// It reads the request only through its Extractor (a session.Key: the key,
+// its source and, for a session token, the payload verified there) and
+// knows nothing else of HTTP, so it is tested with fakes of the store and
+// discovery. A Decision says where the request goes, the Outcome (hit,
+// miss, rebind, none, broken: the words of the metrics and the access
+// log), and the session tokens the response carries.
 package resolve
 
 import (
@@ -9,6 +13,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/config"
@@ -22,30 +28,61 @@ import (
 // ErrNoBackend means the pool has no selectable backend (or pair) now.
 var ErrNoBackend = errors.New("no selectable backend")
 
-// Extractor finds a request's session key and the type of source that gave it.
+// Extractor finds a request's session key (session.Extractor; tests fake it).
 type Extractor interface {
-	Extract(r *http.Request) (key, source string)
+	Extract(r *http.Request) session.Key
 }
+
+// Outcome is what the resolver did with a request's session: the
+// decision label of the metrics and the access log.
+type Outcome string
+
+// Outcomes.
+const (
+	Hit    Outcome = "hit"    // the bound backend was selectable and used
+	Miss   Outcome = "miss"   // no binding: a backend was chosen and bound
+	Rebind Outcome = "rebind" // the binding was stale: a new backend was bound
+	None   Outcome = "none"   // no session key (or no store): balanced, not bound
+	Broken Outcome = "broken" // soft affinity broke an overloaded pin
+)
+
+// Reason is why a session was moved to another backend (the reason label
+// of tether_session_rebinds_total).
+type Reason string
+
+// Rebind reasons.
+const (
+	ReasonUnselectable  Reason = "unselectable"   // the bound backend left the selectable set
+	ReasonConnectFailed Reason = "connect_failed" // the bound backend refused a connection
+	ReasonOverload      Reason = "overload"       // soft affinity
+)
 
 // Decision is where one request goes and why.
 type Decision struct {
 	Backend discovery.Backend
 	// Prefill is the prefill half of a PD pair; zero outside PD pools.
-	Prefill  discovery.Backend
-	Decision string // metrics.Decision*
-	Source   string // the source type that yielded the key; "" without key
-	KeyHash  string // short hash of the key for logs; never the key
+	Prefill discovery.Backend
+	Outcome Outcome
+	Source  config.SourceType // the source type that yielded the key; "" without key
+	KeyHash string            // short hash of the key for logs; never the key
 	// StoreError is set when the store failed and stickiness was skipped.
 	StoreError bool
 	// Since is when the session was placed on Backend (the binding's or
 	// the token's time; now for a new placement). Session tokens carry it.
 	Since time.Time
+	// Tokens are the response headers that carry the session's tokens
+	// (pool.sessionToken), for the proxy to set over any a backend set;
+	// empty when the pool has no session tokens.
+	Tokens []Header
 
 	storeKey string
 	binding  store.Binding // the binding the request follows, when sticky
 	sticky   bool
 	avoid    string // a backend the next pick should avoid (overloaded pin)
 }
+
+// Header is one response header.
+type Header struct{ Name, Value string }
 
 // Options wires a Resolver. Every field but Now and Log is required.
 type Options struct {
@@ -64,8 +101,10 @@ type Options struct {
 	Affinity Affinity
 	// Load reports scraped queue lengths (soft affinity); nil without scraping.
 	Load LoadReader
-	// Tokens reads Token-source keys; nil when the pool has no session tokens.
-	Tokens TokenVerifier
+	// Tokens signs the session tokens every decision carries; nil when
+	// the pool has no session tokens. (Keys routes by the tokens of
+	// requests, verified once, by the same codec.)
+	Tokens *token.Codec
 }
 
 // Affinity is the soft-affinity policy (README "Affinity policy"): a pin
@@ -82,7 +121,7 @@ type Affinity struct {
 // AffinityFrom converts a pool's config.
 func AffinityFrom(a config.Affinity) Affinity {
 	return Affinity{Soft: a.Mode == config.AffinitySoft, MaxWaiting: float64(a.MaxWaiting),
-		LoadMargin: float64(a.LoadMargin), Cooldown: a.CooldownOrDefault()}
+		LoadMargin: float64(a.LoadMargin), Cooldown: a.Cooldown.Duration}
 }
 
 // LoadReader reports a backend's scraped queue length; ok is false
@@ -91,13 +130,48 @@ type LoadReader interface {
 	Waiting(id string) (float64, bool)
 }
 
-// TokenVerifier reads a session token. token.Codec implements it.
-type TokenVerifier interface {
-	Verify(tok string) (token.Payload, bool)
+// Resolver makes the sticky decision for one pool.
+type Resolver struct {
+	o Options
+	m poolMetrics
 }
 
-// Resolver makes the sticky decision for one pool.
-type Resolver struct{ o Options }
+// poolMetrics are the resolver's children of the request-path metrics,
+// taken once for its pool (metrics.Child).
+type poolMetrics struct {
+	sessions  map[Outcome]func() prometheus.Counter
+	rebinds   map[Reason]func() prometheus.Counter
+	broken    func() prometheus.Counter // tether_affinity_broken_total{reason="overload"}
+	fallbacks map[string]func() prometheus.Counter
+	failures  func() prometheus.Counter
+}
+
+func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
+	pm := poolMetrics{
+		sessions:  map[Outcome]func() prometheus.Counter{},
+		rebinds:   map[Reason]func() prometheus.Counter{},
+		broken:    metrics.Child(m.AffinityBroken.WithLabelValues, pool, string(ReasonOverload)),
+		fallbacks: map[string]func() prometheus.Counter{},
+		failures:  metrics.Child(m.BackendFailures.WithLabelValues, pool),
+	}
+	for _, o := range []Outcome{Hit, Miss, Rebind, Broken} {
+		pm.sessions[o] = metrics.Child(m.Sessions.WithLabelValues, pool, string(o))
+	}
+	for _, r := range []Reason{ReasonUnselectable, ReasonConnectFailed, ReasonOverload} {
+		pm.rebinds[r] = metrics.Child(m.Rebinds.WithLabelValues, pool, string(r))
+	}
+	for _, op := range []string{opLookup, opCreate, opDelete} {
+		pm.fallbacks[op] = metrics.Child(m.StoreFallbacks.WithLabelValues, pool, op)
+	}
+	return pm
+}
+
+// Store operations, the op label of tether_store_fallbacks_total.
+const (
+	opLookup = "lookup"
+	opCreate = "create"
+	opDelete = "delete"
+)
 
 // New returns a Resolver.
 func New(o Options) *Resolver {
@@ -107,43 +181,44 @@ func New(o Options) *Resolver {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Resolver{o: o}
+	return &Resolver{o: o, m: newPoolMetrics(o.Metrics, o.Pool)}
 }
-
-// Pool is the pool this resolver decides for.
-func (r *Resolver) Pool() string { return r.o.Pool }
 
 // Resolve decides the backend for req. It fails only when no backend is
 // selectable; a store error degrades to balancing without stickiness.
 func (r *Resolver) Resolve(ctx context.Context, req *http.Request) (*Decision, error) {
+	return r.withTokens(r.resolve(ctx, req))
+}
+
+func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, error) {
 	set := r.o.Backends.Current()
-	key, source := r.o.Keys.Extract(req)
-	if key == "" {
+	key := r.o.Keys.Extract(req)
+	if key.Value == "" {
 		return r.unsticky(set, &Decision{})
 	}
 	// One hash serves the store and the log (its first 12 hex digits).
-	sk := session.StoreKey(r.o.Pool, key)
-	d := &Decision{Source: source, KeyHash: sk[:session.ShortHashLen]}
-	if source == config.SourceToken {
-		return r.fromToken(set, d, key)
+	sk := session.StoreKey(r.o.Pool, key.Value)
+	d := &Decision{Source: key.Source, KeyHash: sk[:session.ShortHashLen]}
+	if key.Source == config.SourceToken {
+		return r.fromToken(set, d, key.Token)
 	}
 	d.storeKey = sk
 	b, ok, err := r.o.Store.Lookup(ctx, d.storeKey, r.o.TTL)
 	if err != nil {
-		return r.storeFailed(set, d, "lookup", err)
+		return r.storeFailed(set, d, opLookup, err)
 	}
 	if ok {
 		if be, pf, usable := r.usable(set, b); usable {
 			if r.overloaded(set, be, b.Created, b.Gen > 1) {
-				return r.rebind(ctx, set, d, b, metrics.ReasonOverload)
+				return r.rebind(ctx, set, d, b, ReasonOverload)
 			}
-			d.Backend, d.Prefill, d.binding, d.sticky, d.Decision, d.Since = be, pf, b, true, metrics.DecisionHit, b.Created
-			r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionHit).Inc()
+			d.Backend, d.Prefill, d.binding, d.sticky, d.Outcome, d.Since = be, pf, b, true, Hit, b.Created
+			r.m.sessions[Hit]().Inc()
 			return d, nil
 		}
-		return r.rebind(ctx, set, d, b, metrics.ReasonUnselectable)
+		return r.rebind(ctx, set, d, b, ReasonUnselectable)
 	}
-	return r.bind(ctx, set, d, store.Binding{Gen: 1}, metrics.DecisionMiss)
+	return r.bind(ctx, set, d, store.Binding{Gen: 1}, Miss)
 }
 
 // Retry is called when d's backend refused the connection before any
@@ -153,29 +228,43 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision) (*Decision, error) {
 	// The connection went to d.Backend (the decode half of a PD pair):
 	// that is the backend known to be dead.
 	r.o.Failed.Mark(d.Backend.ID)
-	r.o.Metrics.BackendFailures.WithLabelValues(r.o.Pool).Inc()
+	r.m.failures().Inc()
 	set := r.o.Backends.Current()
 	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey}
 	if !d.sticky {
-		return r.unsticky(set, nd)
+		return r.withTokens(r.unsticky(set, nd))
 	}
-	return r.rebind(ctx, set, nd, d.binding, metrics.ReasonConnectFailed)
+	return r.withTokens(r.rebind(ctx, set, nd, d.binding, ReasonConnectFailed))
+}
+
+// withTokens makes a decision carry the session tokens of its placement:
+// the backend (and prefill backend) it goes to, placed at d.Since.
+func (r *Resolver) withTokens(d *Decision, err error) (*Decision, error) {
+	c := r.o.Tokens
+	if err != nil || c == nil || d.Backend.ID == "" {
+		return d, err
+	}
+	d.Tokens = append(make([]Header, 0, 2), Header{c.Header(), c.Sign(d.Backend.ID, d.Prefill.ID, d.Since)})
+	if d.Prefill.ID != "" && c.PrefillHeader() != "" {
+		d.Tokens = append(d.Tokens, Header{c.PrefillHeader(), c.Prefill(d.Prefill.ID, d.Since)})
+	}
+	return d, nil
 }
 
 // rebind removes the stale binding old (only if it is still the one in the
 // store) and binds anew with a higher generation, which supersedes old
 // wherever replicas disagree.
-func (r *Resolver) rebind(ctx context.Context, set *discovery.Set, d *Decision, old store.Binding, reason string) (*Decision, error) {
+func (r *Resolver) rebind(ctx context.Context, set *discovery.Set, d *Decision, old store.Binding, reason Reason) (*Decision, error) {
 	if _, err := r.o.Store.CompareAndDelete(ctx, d.storeKey, old); err != nil {
-		return r.storeFailed(set, d, "delete", err)
+		return r.storeFailed(set, d, opDelete, err)
 	}
-	r.o.Metrics.Rebinds.WithLabelValues(r.o.Pool, reason).Inc()
-	if reason == metrics.ReasonOverload {
-		r.o.Metrics.AffinityBroken.WithLabelValues(r.o.Pool, reason).Inc()
+	r.m.rebinds[reason]().Inc()
+	if reason == ReasonOverload {
+		r.m.broken().Inc()
 		d.avoid = old.Pod
-		return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, metrics.DecisionBroken)
+		return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, Broken)
 	}
-	return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, metrics.DecisionRebind)
+	return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, Rebind)
 }
 
 // overloaded is soft affinity's test of a pin on be, placed at since:
@@ -208,20 +297,12 @@ func (r *Resolver) overloaded(set *discovery.Set, be discovery.Backend, since ti
 	return found && w-least > a.LoadMargin
 }
 
-// fromToken routes by a session token (already verified by the
+// fromToken routes by a session token's payload (verified by the
 // extractor): to its backend while that is selectable and not failed and
 // (soft affinity) not overloaded; otherwise balanced, and the response
 // carries a new token. No store is involved.
-func (r *Resolver) fromToken(set *discovery.Set, d *Decision, tok string) (*Decision, error) {
-	var p token.Payload
-	ok := r.o.Tokens != nil
-	if ok {
-		p, ok = r.o.Tokens.Verify(tok)
-	}
-	var be discovery.Backend
-	if ok {
-		be, ok = r.find(set.Backends, p.Backend)
-	}
+func (r *Resolver) fromToken(set *discovery.Set, d *Decision, p token.Payload) (*Decision, error) {
+	be, ok := r.find(set.Backends, p.Backend)
 	if ok {
 		since := time.Time{}
 		if p.Since != 0 {
@@ -229,12 +310,12 @@ func (r *Resolver) fromToken(set *discovery.Set, d *Decision, tok string) (*Deci
 		}
 		// A token does not say whether it was a move: keep the cool-down.
 		if r.overloaded(set, be, since, true) {
-			r.o.Metrics.AffinityBroken.WithLabelValues(r.o.Pool, metrics.ReasonOverload).Inc()
-			r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionBroken).Inc()
+			r.m.broken().Inc()
+			r.m.sessions[Broken]().Inc()
 			d.avoid = be.ID
 			nd, err := r.unsticky(set, d)
 			if err == nil {
-				nd.Decision = metrics.DecisionBroken
+				nd.Outcome = Broken
 			}
 			return nd, err
 		}
@@ -248,15 +329,15 @@ func (r *Resolver) fromToken(set *discovery.Set, d *Decision, tok string) (*Deci
 			}
 		}
 		if ok {
-			d.Backend, d.Prefill, d.Decision, d.Since = be, pf, metrics.DecisionHit, since
-			r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionHit).Inc()
+			d.Backend, d.Prefill, d.Outcome, d.Since = be, pf, Hit, since
+			r.m.sessions[Hit]().Inc()
 			return d, nil
 		}
 	}
-	r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, metrics.DecisionMiss).Inc()
+	r.m.sessions[Miss]().Inc()
 	nd, err := r.unsticky(set, d)
 	if err == nil {
-		nd.Decision = metrics.DecisionMiss
+		nd.Outcome = Miss
 	}
 	return nd, err
 }
@@ -277,7 +358,7 @@ func (r *Resolver) find(list []discovery.Backend, ref string) (discovery.Backend
 
 // bind chooses a backend and commits it create-if-absent: when another
 // replica committed first, its choice is used if it is usable.
-func (r *Resolver) bind(ctx context.Context, set *discovery.Set, d *Decision, nb store.Binding, decision string) (*Decision, error) {
+func (r *Resolver) bind(ctx context.Context, set *discovery.Set, d *Decision, nb store.Binding, outcome Outcome) (*Decision, error) {
 	be, pf, ok := r.pick(set, d)
 	if !ok {
 		return nil, ErrNoBackend
@@ -287,7 +368,7 @@ func (r *Resolver) bind(ctx context.Context, set *discovery.Set, d *Decision, nb
 	won, err := r.o.Store.Create(ctx, d.storeKey, nb, r.o.TTL)
 	if err != nil {
 		d.Backend, d.Prefill = be, pf
-		return r.storeFailed(set, d, "create", err)
+		return r.storeFailed(set, d, opCreate, err)
 	}
 	if !won.SameTarget(nb) {
 		if wbe, wpf, usable := r.usable(set, won); usable {
@@ -297,17 +378,17 @@ func (r *Resolver) bind(ctx context.Context, set *discovery.Set, d *Decision, nb
 		// An unusable winner (a peer bound to a backend this replica
 		// already sees as gone) is left to the next turn to rebind.
 	}
-	d.Backend, d.Prefill, d.binding, d.sticky, d.Decision = be, pf, nb, true, decision
-	r.o.Metrics.Sessions.WithLabelValues(r.o.Pool, decision).Inc()
+	d.Backend, d.Prefill, d.binding, d.sticky, d.Outcome = be, pf, nb, true, outcome
+	r.m.sessions[outcome]().Inc()
 	return d, nil
 }
 
 // storeFailed balances without stickiness after a store error.
 func (r *Resolver) storeFailed(set *discovery.Set, d *Decision, op string, err error) (*Decision, error) {
-	r.o.Metrics.StoreFallbacks.WithLabelValues(r.o.Pool, op).Inc()
+	r.m.fallbacks[op]().Inc()
 	d.StoreError = true
 	if d.Backend.ID != "" {
-		d.Decision = metrics.DecisionNone
+		d.Outcome = None
 		return d, nil
 	}
 	return r.unsticky(set, d)
@@ -318,7 +399,7 @@ func (r *Resolver) unsticky(set *discovery.Set, d *Decision) (*Decision, error) 
 	if !ok {
 		return nil, ErrNoBackend
 	}
-	d.Backend, d.Prefill, d.Decision, d.Since = be, pf, metrics.DecisionNone, r.o.Now()
+	d.Backend, d.Prefill, d.Outcome, d.Since = be, pf, None, r.o.Now()
 	return d, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/session"
@@ -23,11 +24,8 @@ import (
 // are about bindings, not extraction.
 type headerKeys struct{}
 
-func (headerKeys) Extract(r *http.Request) (string, string) {
-	if k := r.Header.Get("X-Session-ID"); k != "" {
-		return k, "Header"
-	}
-	return "", ""
+func (headerKeys) Extract(r *http.Request) session.Key {
+	return session.Key{Value: r.Header.Get("X-Session-ID"), Source: config.SourceHeader}
 }
 
 // fakeSource is a discovery.Source whose Set the test replaces.
@@ -55,7 +53,7 @@ type fixture struct {
 func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture {
 	t.Helper()
 	if st == nil {
-		m := memory.New(memory.Options{MaxEntries: 1000})
+		m := newMemory(t, 1000)
 		t.Cleanup(func() { m.Close() })
 		st = m
 	}
@@ -68,6 +66,16 @@ func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture
 		Now:     func() time.Time { return f.now },
 	})
 	return f
+}
+
+// newMemory is a memory store of at most n bindings.
+func newMemory(t testing.TB, n int) *memory.Store {
+	t.Helper()
+	m, err := memory.New(context.Background(), &config.MemoryStore{MaxEntries: n}, memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func req(key string) *http.Request {
@@ -90,7 +98,7 @@ func (f *fixture) resolve(t *testing.T, key string) *Decision {
 func TestNoKeyBalancesWithoutBinding(t *testing.T) {
 	f := newFixture(t, nil, newSource(be("a"), be("b")), false)
 	d := f.resolve(t, "")
-	if d.Decision != metrics.DecisionNone || d.Backend.ID == "" {
+	if d.Outcome != None || d.Backend.ID == "" {
 		t.Fatalf("decision = %+v", d)
 	}
 	if n := f.store.(store.Counter).Len(); n != 0 {
@@ -101,12 +109,12 @@ func TestNoKeyBalancesWithoutBinding(t *testing.T) {
 func TestMissThenHitsStick(t *testing.T) {
 	f := newFixture(t, nil, newSource(be("a"), be("b"), be("c")), false)
 	first := f.resolve(t, "s1")
-	if first.Decision != metrics.DecisionMiss || first.Source != "Header" {
+	if first.Outcome != Miss || first.Source != "Header" {
 		t.Fatalf("first = %+v", first)
 	}
 	for i := 0; i < 20; i++ {
 		d := f.resolve(t, "s1")
-		if d.Decision != metrics.DecisionHit || d.Backend.ID != first.Backend.ID {
+		if d.Outcome != Hit || d.Backend.ID != first.Backend.ID {
 			t.Fatalf("turn %d: %+v, want hit on %s", i, d, first.Backend.ID)
 		}
 	}
@@ -138,7 +146,7 @@ func TestRebindWhenBoundBackendLeaves(t *testing.T) {
 	}
 	src.put([]discovery.Backend{other}, nil)
 	d := f.resolve(t, "s1")
-	if d.Decision != metrics.DecisionRebind || d.Backend.ID != other.ID {
+	if d.Outcome != Rebind || d.Backend.ID != other.ID {
 		t.Fatalf("after removal: %+v, want rebind to %s", d, other.ID)
 	}
 	if d.binding.Gen != first.binding.Gen+1 {
@@ -147,7 +155,7 @@ func TestRebindWhenBoundBackendLeaves(t *testing.T) {
 	// The old backend returns: the session stays where it was rebound.
 	src.put([]discovery.Backend{be("a"), be("b")}, nil)
 	for i := 0; i < 10; i++ {
-		if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionHit || d.Backend.ID != other.ID {
+		if d := f.resolve(t, "s1"); d.Outcome != Hit || d.Backend.ID != other.ID {
 			t.Fatalf("session moved back: %+v", d)
 		}
 	}
@@ -163,7 +171,7 @@ func TestBindingOlderThanBackendLifeIsStale(t *testing.T) {
 	back.Since = f.now
 	src.put([]discovery.Backend{back, be("b")}, nil)
 	d := f.resolve(t, "s1")
-	if d.Decision != metrics.DecisionRebind {
+	if d.Outcome != Rebind {
 		t.Fatalf("binding from before the backend's current life was used: %+v", d)
 	}
 }
@@ -175,7 +183,7 @@ func TestRetryMarksFailedAndRebinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Backend.ID == first.Backend.ID || d.Decision != metrics.DecisionRebind {
+	if d.Backend.ID == first.Backend.ID || d.Outcome != Rebind {
 		t.Fatalf("retry = %+v, want rebind away from %s", d, first.Backend.ID)
 	}
 	// While failed, no session (new or keyless) goes to the failed backend.
@@ -184,7 +192,7 @@ func TestRetryMarksFailedAndRebinds(t *testing.T) {
 			t.Fatal("failed backend chosen for a keyless request")
 		}
 	}
-	if got := f.resolve(t, "s1"); got.Decision != metrics.DecisionHit || got.Backend.ID != d.Backend.ID {
+	if got := f.resolve(t, "s1"); got.Outcome != Hit || got.Backend.ID != d.Backend.ID {
 		t.Fatalf("next turn = %+v, want hit on %s", got, d.Backend.ID)
 	}
 	// After the fail timeout the backend is selectable again.
@@ -207,13 +215,13 @@ func TestNoBackend(t *testing.T) {
 
 func TestPoolsAreIndependent(t *testing.T) {
 	src := newSource(be("a"), be("b"), be("c"), be("d"))
-	m := memory.New(memory.Options{MaxEntries: 100})
+	m := newMemory(t, 100)
 	defer m.Close()
 	f1 := newFixture(t, m, src, false)
 	f2 := newFixture(t, m, src, false)
 	f2.r.o.Pool = "ns/other"
 	f1.resolve(t, "same-key")
-	if d := f2.resolve(t, "same-key"); d.Decision != metrics.DecisionMiss {
+	if d := f2.resolve(t, "same-key"); d.Outcome != Miss {
 		t.Fatalf("second pool saw the first pool's binding: %+v", d)
 	}
 }
@@ -236,7 +244,7 @@ func (failingStore) CompareAndDelete(context.Context, string, store.Binding) (bo
 func TestStoreErrorDegradesToUnsticky(t *testing.T) {
 	f := newFixture(t, failingStore{}, newSource(be("a"), be("b")), false)
 	d := f.resolve(t, "s1")
-	if d.Decision != metrics.DecisionNone || !d.StoreError || d.Backend.ID == "" {
+	if d.Outcome != None || !d.StoreError || d.Backend.ID == "" {
 		t.Fatalf("decision on store error = %+v", d)
 	}
 }
@@ -253,7 +261,7 @@ func (s racingStore) Create(ctx context.Context, key string, _ store.Binding, tt
 }
 
 func TestCreateRaceUsesWinner(t *testing.T) {
-	m := memory.New(memory.Options{MaxEntries: 100})
+	m := newMemory(t, 100)
 	defer m.Close()
 	src := newSource(be("a"), be("b"), be("c"))
 	f := newFixture(t, racingStore{Store: m, peer: store.Binding{Pod: "c", Gen: 1}}, src, false)
@@ -275,7 +283,7 @@ func TestPDPairPinnedAndReplacedInGroup(t *testing.T) {
 	}
 	for i := 0; i < 10; i++ {
 		got := f.resolve(t, "s1")
-		if got.Decision != metrics.DecisionHit || got.Backend.ID != first.Backend.ID || got.Prefill.ID != first.Prefill.ID {
+		if got.Outcome != Hit || got.Backend.ID != first.Backend.ID || got.Prefill.ID != first.Prefill.ID {
 			t.Fatalf("pair moved: %+v", got)
 		}
 	}
@@ -294,13 +302,13 @@ func TestPDPairPinnedAndReplacedInGroup(t *testing.T) {
 	}
 	src.put([]discovery.Backend{d("d1", "g1"), d("d2", "g2")}, []discovery.Backend{keep})
 	got := f.resolve(t, "s2")
-	if got.Decision != metrics.DecisionRebind || got.Backend.ID != "d1" || got.Prefill.ID != keep.ID {
+	if got.Outcome != Rebind || got.Backend.ID != "d1" || got.Prefill.ID != keep.ID {
 		t.Fatalf("after losing the prefill pod: %+v / %+v, want d1 / %s", got.Backend, got.Prefill, keep.ID)
 	}
 }
 
 func BenchmarkResolveHit(b *testing.B) {
-	m := memory.New(memory.Options{MaxEntries: 1000})
+	m := newMemory(b, 1000)
 	defer m.Close()
 	r := New(Options{
 		Pool: "ns/pool", TTL: time.Minute, Keys: headerKeys{}, Store: m,

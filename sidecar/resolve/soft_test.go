@@ -3,6 +3,7 @@ package resolve
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tetherproxy/tether/sidecar/config"
-	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/token"
 )
@@ -34,7 +36,7 @@ func softFixture(t *testing.T, soft bool) (*fixture, *fakeLoad) {
 	f := newFixture(t, nil, newSource(be("a"), be("b"), be("c")), false)
 	l := &fakeLoad{w: map[string]float64{}}
 	f.r.o.Load = l
-	f.r.o.Affinity = AffinityFrom(config.Affinity{Mode: map[bool]string{true: config.AffinitySoft, false: config.AffinityHard}[soft], MaxWaiting: 8, LoadMargin: 4, Cooldown: config.Duration{Duration: 30 * time.Second}})
+	f.r.o.Affinity = AffinityFrom(config.Affinity{Mode: map[bool]config.AffinityMode{true: config.AffinitySoft, false: config.AffinityHard}[soft], MaxWaiting: 8, LoadMargin: 4, Cooldown: config.Duration{Duration: 30 * time.Second}})
 	return f, l
 }
 
@@ -75,8 +77,8 @@ func TestSoftBreakConditions(t *testing.T) {
 			}
 			f.now = f.now.Add(tc.elapsed)
 			d := f.resolve(t, "s1")
-			if got := d.Decision == metrics.DecisionBroken; got != tc.broken {
-				t.Fatalf("decision %s on %s (pinned %s), want broken=%v", d.Decision, d.Backend.ID, first.Backend.ID, tc.broken)
+			if got := d.Outcome == Broken; got != tc.broken {
+				t.Fatalf("decision %s on %s (pinned %s), want broken=%v", d.Outcome, d.Backend.ID, first.Backend.ID, tc.broken)
 			}
 			if tc.broken && d.Backend.ID == first.Backend.ID {
 				t.Fatal("broken pin stayed on the overloaded backend")
@@ -101,7 +103,7 @@ func TestSoftBreakRebindsOnceThenCoolsDown(t *testing.T) {
 	l.set(first.Backend.ID, 30)
 	f.now = f.now.Add(time.Minute)
 	moved := f.resolve(t, "s1")
-	if moved.Decision != metrics.DecisionBroken || moved.Backend.ID == first.Backend.ID {
+	if moved.Outcome != Broken || moved.Backend.ID == first.Backend.ID {
 		t.Fatalf("moved = %+v", moved)
 	}
 	b, ok, _ := f.store.Peek(context.Background(), moved.storeKey)
@@ -112,7 +114,7 @@ func TestSoftBreakRebindsOnceThenCoolsDown(t *testing.T) {
 	if n := testutil.ToFloat64(m.AffinityBroken.WithLabelValues("ns/pool", "overload")); n != 1 {
 		t.Fatalf("tether_affinity_broken_total = %v", n)
 	}
-	if n := testutil.ToFloat64(m.Sessions.WithLabelValues("ns/pool", metrics.DecisionBroken)); n != 1 {
+	if n := testutil.ToFloat64(m.Sessions.WithLabelValues("ns/pool", string(Broken))); n != 1 {
 		t.Fatalf("broken lookups = %v", n)
 	}
 	// Now the new backend is the overloaded one, the old one idle.
@@ -120,12 +122,12 @@ func TestSoftBreakRebindsOnceThenCoolsDown(t *testing.T) {
 	l.set(moved.Backend.ID, 50)
 	for i := 0; i < 5; i++ {
 		f.now = f.now.Add(5 * time.Second)
-		if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionHit || d.Backend.ID != moved.Backend.ID {
+		if d := f.resolve(t, "s1"); d.Outcome != Hit || d.Backend.ID != moved.Backend.ID {
 			t.Fatalf("within cool-down: %+v", d)
 		}
 	}
 	f.now = f.now.Add(5 * time.Second)
-	if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionBroken || d.Backend.ID == moved.Backend.ID {
+	if d := f.resolve(t, "s1"); d.Outcome != Broken || d.Backend.ID == moved.Backend.ID {
 		t.Fatalf("after cool-down: %+v", d)
 	}
 }
@@ -150,19 +152,21 @@ func TestSoftBreakLosesToPeer(t *testing.T) {
 	}
 	f.store.CompareAndDelete(context.Background(), first.storeKey, old)
 	f.store.Create(context.Background(), first.storeKey, store.Binding{Pod: peer, Gen: 2, Created: f.now}, time.Minute)
-	if d := f.resolve(t, "s1"); d.Decision != metrics.DecisionHit || d.Backend.ID != peer {
+	if d := f.resolve(t, "s1"); d.Outcome != Hit || d.Backend.ID != peer {
 		t.Fatalf("after a peer's break: %+v, want hit on %s", d, peer)
 	}
 }
 
-// tokenKeys is an Extractor yielding X-Token as a Token source.
-type tokenKeys struct{}
+// tokenKeys is an Extractor yielding X-Token as a Token source when its
+// codec verifies it.
+type tokenKeys struct{ codec *token.Codec }
 
-func (tokenKeys) Extract(r *http.Request) (string, string) {
-	if k := r.Header.Get("X-Token"); k != "" {
-		return k, config.SourceToken
+func (k tokenKeys) Extract(r *http.Request) session.Key {
+	tok := r.Header.Get("X-Token")
+	if p, ok := k.codec.Verify(tok); ok {
+		return session.Key{Value: tok, Source: config.SourceToken, Token: p}
 	}
-	return "", ""
+	return session.Key{}
 }
 
 func tokenReq(tok string) *http.Request {
@@ -178,7 +182,7 @@ func TestTokenRouting(t *testing.T) {
 	src := newSource(be("a"), be("b"), be("c"))
 	f := newFixture(t, nil, src, false)
 	codec := token.NewWithKeys("ns/pool", []byte("0123456789abcdef0123456789abcdef"), nil, true)
-	f.r.o.Keys, f.r.o.Tokens = tokenKeys{}, codec
+	f.r.o.Keys, f.r.o.Tokens = tokenKeys{codec}, codec
 	l := &fakeLoad{w: map[string]float64{"a": 0, "b": 0, "c": 0}}
 	f.r.o.Load = l
 	f.r.o.Affinity = Affinity{Soft: true, MaxWaiting: 8, LoadMargin: 4, Cooldown: 30 * time.Second}
@@ -191,28 +195,59 @@ func TestTokenRouting(t *testing.T) {
 	}
 	placed := f.now.Add(-10 * time.Second)
 	for i := 0; i < 10; i++ {
-		if d := res(codec.Sign("b", "", placed)); d.Decision != metrics.DecisionHit || d.Backend.ID != "b" || !d.Since.Equal(placed) || d.Source != config.SourceToken {
+		if d := res(codec.Sign("b", "", placed)); d.Outcome != Hit || d.Backend.ID != "b" || !d.Since.Equal(placed) || d.Source != config.SourceToken {
 			t.Fatalf("token for b: %+v", d)
 		}
 	}
 	if n := f.store.(store.Counter).Len(); n != 0 {
 		t.Fatalf("token routing wrote %d bindings", n)
 	}
-	if d := res("bm90LWEtdG9rZW4="); d.Decision != metrics.DecisionMiss { // unsigned "not-a-token"
+	if d := res("bm90LWEtdG9rZW4="); d.Outcome != Miss { // unsigned "not-a-token"
 		t.Fatalf("token of an unknown backend: %+v", d)
 	}
-	if d := res("Yw=="); d.Decision != metrics.DecisionHit || d.Backend.ID != "c" { // unsigned "c"
+	if d := res("Yw=="); d.Outcome != Hit || d.Backend.ID != "c" { // unsigned "c"
 		t.Fatalf("unsigned token by name: %+v", d)
 	}
 	f.r.o.Failed.Mark("b")
-	if d := res(codec.Sign("b", "", placed)); d.Decision != metrics.DecisionMiss || d.Backend.ID == "b" {
+	if d := res(codec.Sign("b", "", placed)); d.Outcome != Miss || d.Backend.ID == "b" {
 		t.Fatalf("token of a failed backend: %+v", d)
 	}
 	l.set("c", 20)
-	if d := res(codec.Sign("c", "", placed)); d.Decision != metrics.DecisionHit {
+	if d := res(codec.Sign("c", "", placed)); d.Outcome != Hit {
 		t.Fatalf("overloaded within cool-down: %+v", d)
 	}
-	if d := res(codec.Sign("c", "", placed.Add(-time.Minute))); d.Decision != metrics.DecisionBroken || d.Backend.ID != "a" || !d.Since.Equal(f.now) {
+	if d := res(codec.Sign("c", "", placed.Add(-time.Minute))); d.Outcome != Broken || d.Backend.ID != "a" || !d.Since.Equal(f.now) {
 		t.Fatalf("overloaded after cool-down: %+v, want broken to a (b failed)", d)
+	}
+}
+
+// TestDecisionCarriesTokens: with session tokens every decision names the
+// tokens of its placement, the PD prefill's too, for the proxy to write
+// back as they are; a retried decision names its new backend.
+func TestDecisionCarriesTokens(t *testing.T) {
+	d := func(id string) discovery.Backend { b := be(id); b.Group = "g"; return b }
+	src := &fakeSource{}
+	src.put([]discovery.Backend{d("d1"), d("d2")}, []discovery.Backend{d("p1")})
+	f := newFixture(t, nil, src, true)
+	codec := token.NewWithKeys("ns/pool", []byte("0123456789abcdef0123456789abcdef"), nil, false)
+	f.r.o.Tokens = codec
+	first := f.resolve(t, "s1")
+	want := []Header{
+		{codec.Header(), codec.Sign(first.Backend.ID, "p1", first.Since)},
+		{codec.PrefillHeader(), codec.Prefill("p1", first.Since)},
+	}
+	if !slices.Equal(first.Tokens, want) {
+		t.Fatalf("tokens %+v, want %+v", first.Tokens, want)
+	}
+	retried, err := f.r.Retry(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := codec.Verify(retried.Tokens[0].Value); !ok || p.Backend != retried.Backend.ID || p.Backend == first.Backend.ID {
+		t.Fatalf("retried to %s with token %+v %v", retried.Backend.ID, p, ok)
+	}
+	f.r.o.Tokens = nil
+	if d := f.resolve(t, "s1"); len(d.Tokens) != 0 {
+		t.Fatalf("tokens without a codec: %+v", d.Tokens)
 	}
 }

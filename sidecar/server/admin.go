@@ -39,7 +39,7 @@ func (s *Server) debugBinding(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "pool and key query parameters are required", http.StatusBadRequest)
 		return
 	}
-	if _, ok := s.pools[pool]; !ok {
+	if _, ok := s.sources[pool]; !ok {
 		http.Error(w, "unknown pool "+pool, http.StatusNotFound)
 		return
 	}

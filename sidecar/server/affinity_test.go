@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/modelsim/sim"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // startQueueingBackends starts modelsim backends that run one request at
@@ -62,7 +64,7 @@ func jam(t *testing.T, b *backend, n int) (release func()) {
 			}
 		})
 	}
-	eventually(t, 10*time.Second, "jam queued", func() bool { return b.sim.Stats().Waiting == n-1 })
+	testkit.Eventually(t, 10*time.Second, "jam queued", func() bool { return b.sim.Stats().Waiting == n-1 })
 	released := false
 	release = func() {
 		if !released {
@@ -79,25 +81,22 @@ func jam(t *testing.T, b *backend, n int) (release func()) {
 // scraped waits until the sidecar's scrape shows b's queue at waiting.
 func scraped(t *testing.T, sc *sidecar, b *backend, waiting int) {
 	t.Helper()
-	want := fmt.Sprintf(`tether_backend_waiting_requests{backend=%q,pool="default/m"} %d`, b.addr(), waiting)
-	eventually(t, 10*time.Second, "scrape of "+want, func() bool { return strings.Contains(metricsText(t, sc), want) })
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("a scrape of %s with %d waiting", b.addr(), waiting), func() bool {
+		v, err := testkit.FindMetric(sc.srv.Registry(), "tether_backend_waiting_requests", "backend", b.addr(), "pool", "default/m")
+		return err == nil && v == float64(waiting)
+	})
 }
 
-func metricsText(t *testing.T, sc *sidecar) string {
-	resp, err := http.Get(sc.admin("/metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sb strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		sb.Write(buf[:n])
-		if err != nil {
-			return sb.String()
-		}
-	}
+// queuedTurn sends turn of session s1 and waits until it is queued on b
+// (b's queue at waiting), then releases b's jam and returns the answer. A
+// turn that went elsewhere never queues on b, and the wait fails.
+func queuedTurn(t *testing.T, url string, turn int, b *backend, waiting int, release func()) result {
+	t.Helper()
+	done := make(chan result, 1)
+	go func() { done <- chat(t, url, conversation(turn), session("s1")) }()
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("turn %d queued on %s", turn, b.sim.ID()), func() bool { return b.sim.Stats().Waiting == waiting })
+	release()
+	return <-done
 }
 
 func byID(bs []*backend, id string) *backend {
@@ -123,15 +122,11 @@ func TestHardAffinityStaysOnQueuedBackend(t *testing.T) {
 	release := jam(t, pinned, 12)
 	scraped(t, sc, pinned, 11)
 
-	done := make(chan result, 1)
-	go func() { done <- chat(t, sc.url("default/m", "/v1/chat/completions"), conversation(2), session("s1")) }()
-	eventually(t, 10*time.Second, "turn 2 queued on the pinned backend", func() bool { return pinned.sim.Stats().Waiting == 12 })
-	release()
-	if r := <-done; r.status != 200 || r.backend != first.backend {
+	if r := queuedTurn(t, sc.url("default/m", "/v1/chat/completions"), 2, pinned, 12, release); r.status != 200 || r.backend != first.backend {
 		t.Fatalf("turn 2 = %d on %s, want 200 on %s", r.status, r.backend, first.backend)
 	}
-	if m := metricsText(t, sc); strings.Contains(m, "tether_affinity_broken_total{") {
-		t.Fatalf("hard affinity broke a pin:\n%s", m)
+	if _, err := testkit.FindMetric(sc.srv.Registry(), "tether_affinity_broken_total"); !errors.Is(err, testkit.ErrNotFound) {
+		t.Fatalf("hard affinity broke a pin: tether_affinity_broken_total %v", err)
 	}
 }
 
@@ -147,7 +142,6 @@ func TestSoftAffinityMovesOnceAndStays(t *testing.T) {
 	pinned := byID(bs, first.backend)
 	jam(t, pinned, 12)
 	scraped(t, sc, pinned, 11)
-	time.Sleep(300 * time.Millisecond) // the placement's cool-down
 
 	moved := chat(t, url, conversation(2), session("s1"))
 	if moved.status != 200 || moved.backend == first.backend {
@@ -159,14 +153,18 @@ func TestSoftAffinityMovesOnceAndStays(t *testing.T) {
 			t.Fatalf("turn %d = %d on %s (cached %d), want a cache hit on %s", turn, r.status, r.backend, r.cached, moved.backend)
 		}
 	}
-	m := metricsText(t, sc)
-	for _, want := range []string{
-		`tether_affinity_broken_total{pool="default/m",reason="overload"} 1`,
-		`tether_session_lookups_total{pool="default/m",result="broken"} 1`,
-		`tether_session_lookups_total{pool="default/m",result="hit"} 4`,
+	reg := sc.srv.Registry()
+	for _, want := range []struct {
+		name   string
+		labels []string
+		value  float64
+	}{
+		{"tether_affinity_broken_total", []string{"pool", "default/m", "reason", "overload"}, 1},
+		{"tether_session_lookups_total", []string{"pool", "default/m", "result", "broken"}, 1},
+		{"tether_session_lookups_total", []string{"pool", "default/m", "result", "hit"}, 4},
 	} {
-		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %s", want)
+		if v := testkit.Metric(t, reg, want.name, want.labels...); v != want.value {
+			t.Errorf("%s%q = %v, want %v", want.name, want.labels, v, want.value)
 		}
 	}
 	var broken int
@@ -180,6 +178,35 @@ func TestSoftAffinityMovesOnceAndStays(t *testing.T) {
 	}
 	if broken != 1 {
 		t.Fatalf("%d access-log lines with decision broken, want 1", broken)
+	}
+}
+
+// TestSoftAffinityMovedPinCoolsDown: a pin soft affinity moved keeps its
+// new backend for the cool-down, even once that backend is overloaded in
+// turn and the old one idle: the session is not moved again within it.
+func TestSoftAffinityMovedPinCoolsDown(t *testing.T) {
+	bs := startQueueingBackends(t, 2)
+	sc := startSidecar(t, affinityConfig(bs, "{mode: soft, maxWaiting: 8, loadMargin: 4, cooldown: 1h}", ""))
+	url := sc.url("default/m", "/v1/chat/completions")
+	first := chat(t, url, conversation(1), session("s1"))
+	pinned := byID(bs, first.backend)
+	releasePinned := jam(t, pinned, 12)
+	scraped(t, sc, pinned, 11)
+	moved := chat(t, url, conversation(2), session("s1"))
+	if moved.status != 200 || moved.backend == first.backend {
+		t.Fatalf("turn 2 = %d on %s, want it moved off %s", moved.status, moved.backend, first.backend)
+	}
+	releasePinned()
+	scraped(t, sc, pinned, 0)
+	target := byID(bs, moved.backend)
+	releaseTarget := jam(t, target, 12)
+	scraped(t, sc, target, 11)
+
+	if r := queuedTurn(t, url, 3, target, 12, releaseTarget); r.status != 200 || r.backend != moved.backend {
+		t.Fatalf("turn 3 = %d on %s, want 200 on %s (within the cool-down of the move)", r.status, r.backend, moved.backend)
+	}
+	if v := testkit.Metric(t, sc.srv.Registry(), "tether_affinity_broken_total", "pool", "default/m", "reason", "overload"); v != 1 {
+		t.Fatalf("%v pins broken, want 1", v)
 	}
 }
 
@@ -243,8 +270,8 @@ pools:
 	if len(seen) < 2 {
 		t.Fatalf("forged token pinned every request to %v", seen)
 	}
-	if m := metricsText(t, sc); !strings.Contains(m, `tether_session_lookups_total{pool="default/m",result="hit"} 10`) {
-		t.Fatalf("want 10 token hits counted:\n%s", m)
+	if v := testkit.Metric(t, sc.srv.Registry(), "tether_session_lookups_total", "pool", "default/m", "result", "hit"); v != 10 {
+		t.Fatalf("%v token hits counted, want 10", v)
 	}
 }
 

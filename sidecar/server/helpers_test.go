@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/tetherproxy/tether/e2e/modelsim/sim"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/server"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // backend is a modelsim server on a real loopback port.
@@ -46,23 +46,32 @@ func addrs(bs []*backend) []string {
 	return out
 }
 
-// syncBuffer is a log sink tests read while the server writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// heldStream starts a backend that sends one SSE event, holds the stream
+// open until release is closed (or the request is cancelled), then sends
+// the rest; it returns the backend's address.
+func heldStream(t *testing.T, release <-chan struct{}) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"token\":\"first\"}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprint(w, "data: {\"token\":\"second\"}\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
 }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // sidecar is a running server.Server on loopback ports.
 type sidecar struct {
 	srv  *server.Server
-	logs *syncBuffer
+	logs *testkit.SyncBuffer
+	// stop ends Run (as SIGTERM does), waits for it and returns its
+	// error; the test's cleanup calls it too.
+	stop func() error
 }
 
 // startSidecar parses doc (YAML; listen addresses may use port 0), starts
@@ -73,7 +82,7 @@ func startSidecar(t testing.TB, doc string) *sidecar {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	srv, err := server.New(context.Background(), cfg, log, server.Deps{})
 	if err != nil {
@@ -85,14 +94,18 @@ func startSidecar(t testing.TB, doc string) *sidecar {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	sc := &sidecar{srv: srv, logs: logs, stop: func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := sc.stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	sc := &sidecar{srv: srv, logs: logs}
-	eventually(t, 10*time.Second, "sidecar ready", func() bool {
+	testkit.Eventually(t, 10*time.Second, "sidecar ready", func() bool {
 		resp, err := http.Get(sc.admin("/readyz"))
 		if err != nil {
 			return false
@@ -105,18 +118,6 @@ func startSidecar(t testing.TB, doc string) *sidecar {
 
 func (s *sidecar) url(pool, path string) string { return "http://" + s.srv.PoolAddr(pool) + path }
 func (s *sidecar) admin(path string) string     { return "http://" + s.srv.AdminAddr() + path }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // chat sends one chat completion and returns the status, the serving
 // backend's id and the cached prompt tokens it reported.

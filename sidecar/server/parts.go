@@ -14,7 +14,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/gossip"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
-	redisstore "github.com/tetherproxy/tether/sidecar/store/redis"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore"
 )
 
 // newStore builds the configured store. Shared stores fail here, before
@@ -22,11 +22,14 @@ import (
 func newStore(ctx context.Context, cfg *config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (store.Store, error) {
 	switch cfg.Store.Backend {
 	case config.StoreMemory:
-		return memory.New(memory.Options{MaxEntries: cfg.Store.Memory.MaxEntries}), nil
+		return memory.New(ctx, &cfg.Store.Memory, memory.Options{})
 	case config.StoreRedis:
-		return redisstore.New(ctx, cfg.Store.Redis, reg, log.With("store", "redis"))
+		return redisstore.New(ctx, cfg.Store.Redis, redisstore.Options{Reg: reg, Log: log.With("store", "redis")})
 	case config.StoreGossip:
-		return gossip.New(ctx, cfg.Store.Gossip, gossip.Options{KubeClient: deps.Kube, Namespace: deps.Namespace}, reg, log.With("store", "gossip"))
+		return gossip.New(ctx, cfg.Store.Gossip, gossip.Options{
+			Reg: reg, Log: log, KubeClient: deps.Kube,
+			Namespace: deps.Namespace, NodeName: deps.PodName, PodIP: deps.PodIP,
+		})
 	default:
 		return nil, fmt.Errorf("store.backend: unknown backend %q", cfg.Store.Backend)
 	}

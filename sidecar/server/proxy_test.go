@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // TestStreamingChunksArriveBeforeStreamEnds: the backend sends one SSE event,
@@ -19,20 +21,8 @@ import (
 // would time out instead of passing.
 func TestStreamingChunksArriveBeforeStreamEnds(t *testing.T) {
 	release := make(chan struct{})
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: {\"token\":\"first\"}\n\n")
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		fmt.Fprint(w, "data: {\"token\":\"second\"}\n\ndata: [DONE]\n\n")
-	}))
-	defer backend.Close()
 	defer close(release)
-	sc := startSidecar(t, configFor("default/m", []string{strings.TrimPrefix(backend.URL, "http://")}, `[{type: Header, name: X-Session-ID}]`, ""))
+	sc := startSidecar(t, configFor("default/m", []string{heldStream(t, release)}, `[{type: Header, name: X-Session-ID}]`, ""))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -76,19 +66,10 @@ func TestClientCancellationReachesBackend(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, started, "request reached the backend")
+	testkit.Eventually(t, 20*time.Second, "request reached the backend", testkit.Closed(started))
 	cancel()
-	waitFor(t, cancelled, "backend saw the cancellation")
+	testkit.Eventually(t, 20*time.Second, "backend saw the cancellation", testkit.Closed(cancelled))
 	<-errc
-}
-
-func waitFor(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("timed out: %s", what)
-	}
 }
 
 // echoBackend answers with what it received, for header tests.

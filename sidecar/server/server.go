@@ -1,11 +1,12 @@
-// Package server wires a sidecar from its config and runs it: stores,
-// discovery, one resolver per pool, one proxy handler per listener, the
-// admin listener, and a graceful shutdown that drains in-flight streams.
+// Package server wires a sidecar from its config and runs it: the store,
+// discovery, one resolver per pool, one proxy handler per listener
+// (config.Listeners), the admin listener, and a graceful shutdown that
+// drains in-flight streams. Every long-running part runs in one
+// lifecycle.Run.
 package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,20 +15,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
-	"github.com/tetherproxy/tether/sidecar/jwtauth"
-	"github.com/tetherproxy/tether/sidecar/loadscrape"
+	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
-	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
-	"github.com/tetherproxy/tether/sidecar/token"
 )
 
 // Deps are what the server does not build from config alone.
@@ -35,41 +31,45 @@ type Deps struct {
 	// Kube is the Kubernetes client, needed by kubernetes discovery and the
 	// gossip store's kubernetes peer discovery; nil otherwise.
 	Kube kubernetes.Interface
-	// Namespace is the sidecar's own namespace (POD_NAMESPACE).
-	Namespace string
+	// Namespace, PodName and PodIP are the sidecar's own pod (main reads
+	// them from the downward-API env POD_NAMESPACE, POD_NAME and POD_IP):
+	// the default namespace of discovery, the gossip member name and the
+	// gossip address advertised when store.gossip.advertise is unset.
+	Namespace, PodName, PodIP string
 	// Store replaces the configured store (tests).
 	Store store.Store
 }
 
 // Server is a wired sidecar. Create it with New, bind with Listen, then Run.
 type Server struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	store   store.Store
-	pools   map[string]*poolState
-	servers []*http.Server
-	lns     []net.Listener
-	admin   *http.Server
-	adminLn net.Listener
-	// poolAddr maps a pool name to the address its listener bound.
-	poolAddr map[string]string
-	starters []func(context.Context) error
-	closers  []func()
-	ready    atomic.Bool
-	stopping atomic.Bool
+	cfg   *config.Config
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	store store.Store
+	// sources are the pools' discovery, by pool name.
+	sources   map[string]discovery.Source
+	listeners []*listener
+	admin     *listener
+	// background are the parts the listeners read from: discovery, load
+	// scrapes, key reloads; they stop after the listeners have drained.
+	background []lifecycle.Part
+	closers    []func()
+	ready      atomic.Bool
+	stopping   atomic.Bool
 }
 
-type poolState struct {
-	cfg      config.Pool
-	source   discovery.Source
-	resolver *resolve.Resolver
+// listener is one address the server serves, with the pools served there
+// (none for the admin listener).
+type listener struct {
+	srv   *http.Server
+	ln    net.Listener
+	pools []string
 }
 
 // New builds every part from cfg. It fails, naming the part, when a store
 // or discovery cannot start (Redis unreachable, key files unreadable, ...).
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (*Server, error) {
-	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), pools: map[string]*poolState{}, poolAddr: map[string]string{}}
+	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), sources: map[string]discovery.Source{}}
 	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -77,7 +77,6 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			s.close()
 		}
 	}()
-	m := metrics.New(s.reg)
 
 	st := deps.Store
 	if st == nil {
@@ -104,142 +103,59 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 		return nil, err
 	}
 	if claims != nil {
-		s.starters = append(s.starters, func(ctx context.Context) error { claims.Run(ctx); return nil })
+		s.background = append(s.background, lifecycle.Part{Name: "jwt key reload", Run: claims.Run})
 	}
 
-	failed := resolve.NewFailSet(cfg.Proxy.FailTimeout.Duration, nil)
 	// Load scrapes have a transport of their own (no idle connections
 	// shared with the data path) under the same guard: only discovered
 	// backends are dialled.
 	scrapeTransport := proxy.NewTransport(proxy.TransportOptions{DialTimeout: cfg.Proxy.DialTimeout.Duration, Allowed: s.discovered})
 	s.closers = append(s.closers, scrapeTransport.CloseIdleConnections)
-	byListen := map[string][]proxy.Pool{}
-	tokenHeaders := map[string][]string{} // Token sources' request headers, by listen
-	var order []string
-	shared := poolDeps{deps: deps, store: st, claims: claims, failed: failed, metrics: m, scrapes: &http.Client{Transport: scrapeTransport}}
-	for _, pc := range cfg.Pools {
-		pp, err := s.newPool(pc, shared)
-		if err != nil {
-			return nil, err
-		}
-		for _, src := range pc.SessionSticky.Sources {
-			if src.Type == config.SourceToken {
-				tokenHeaders[pc.Listen] = append(tokenHeaders[pc.Listen], src.Name)
-			}
-		}
-		if _, seen := byListen[pc.Listen]; !seen {
-			order = append(order, pc.Listen)
-		}
-		byListen[pc.Listen] = append(byListen[pc.Listen], pp)
+	shared := poolDeps{
+		deps: deps, store: st, claims: claims, metrics: metrics.New(s.reg),
+		failed:  resolve.NewFailSet(cfg.Proxy.FailTimeout.Duration, nil),
+		scrapes: &http.Client{Transport: scrapeTransport},
 	}
-
 	transport := proxy.NewTransport(proxy.TransportOptions{
 		DialTimeout:           cfg.Proxy.DialTimeout.Duration,
 		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Duration,
 		Allowed:               s.discovered,
 	})
 	s.closers = append(s.closers, transport.CloseIdleConnections)
-	for _, listen := range order {
+	for _, l := range cfg.Listeners() {
+		var pools []proxy.Pool
+		var names []string
+		for _, i := range l.Pools {
+			pp, err := s.newPool(cfg.Pools[i], shared)
+			if err != nil {
+				return nil, err
+			}
+			pools = append(pools, pp)
+			names = append(names, pp.Name)
+		}
 		h := proxy.New(proxy.Options{
-			Pools: byListen[listen], MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
-			Transport: transport, Metrics: m, AccessLog: log, StripHeaders: append(stripHeaders(byListen[listen]), tokenHeaders[listen]...),
+			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
+			Transport: transport, Metrics: shared.metrics, AccessLog: log,
 		})
-		s.servers = append(s.servers, &http.Server{
-			Addr:              listen,
+		s.listeners = append(s.listeners, &listener{pools: names, srv: &http.Server{
+			Addr:              l.Addr,
 			Handler:           h,
 			MaxHeaderBytes:    cfg.Proxy.MaxRequestHeaderBytes,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		})
+		}})
 	}
-	s.admin = &http.Server{Addr: cfg.Admin, Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	s.admin = &listener{srv: &http.Server{Addr: cfg.Admin, Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}}
 	ok = true
 	return s, nil
-}
-
-// poolDeps are the parts every pool shares.
-type poolDeps struct {
-	deps    Deps
-	store   store.Store
-	claims  *jwtauth.Verifier
-	failed  *resolve.FailSet
-	metrics *metrics.Metrics
-	scrapes *http.Client
-}
-
-// newPool wires one pool: its discovery, load scraping, balancer, session
-// tokens, key extractor and resolver; background loops join s.starters.
-func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
-	log := s.log.With("pool", pc.Name)
-	src, err := newSource(pc, sh.deps, s.reg, s.log)
-	if err != nil {
-		return proxy.Pool{}, err
-	}
-	s.starters = append(s.starters, src.Run)
-	var balOpts []balance.Option
-	var load resolve.LoadReader
-	if lc := pc.Load(); lc != nil {
-		sc := loadscrape.New(loadscrape.Options{
-			Pool: pc.Name, Config: *lc, Backends: src, Client: sh.scrapes, Reg: s.reg, Log: log,
-		})
-		s.starters = append(s.starters, sc.Run)
-		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
-		load = sc
-	}
-	bal := balance.New(balOpts...)
-	var keys session.ClaimReader
-	if sh.claims != nil {
-		keys = sh.claims // never a typed nil in the interface
-	}
-	pp := proxy.Pool{Name: pc.Name, Models: pc.Models, Balancer: bal, PrefillHeader: pc.Backends.PrefillHeader}
-	ro := resolve.Options{
-		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
-		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
-		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load,
-	}
-	var extractOpts []session.Option
-	if tc := pc.SessionToken; tc != nil {
-		codec, err := token.New(pc.Name, tc)
-		if err != nil {
-			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
-		}
-		extractOpts = append(extractOpts, session.WithTokens(codec))
-		ro.Tokens = codec
-		pp.Tokens, pp.TokenHeader, pp.PrefillTokenHeader = codec, tc.Header, tc.PrefillHeader
-	}
-	ro.Keys = session.NewExtractor(pc.SessionSticky.Sources, keys, extractOpts...)
-	r := resolve.New(ro)
-	pp.Resolver = r
-	s.pools[pc.Name] = &poolState{cfg: pc, source: src, resolver: r}
-	return pp, nil
-}
-
-// stripHeaders are routing headers a client must never set: the PD
-// prefill header names of every pool on the listener (the sidecar sets
-// them itself, and a client's value would aim the decode pod's prefill
-// request at a host of the client's choosing).
-func stripHeaders(pools []proxy.Pool) []string {
-	var hs []string
-	hs = append(hs, config.DefaultPrefillHeader, "x-gateway-destination-endpoint")
-	for _, p := range pools {
-		if p.PrefillHeader != "" {
-			hs = append(hs, p.PrefillHeader)
-		}
-		// Session tokens are the sidecar's routing state, not the model
-		// server's business.
-		if p.Tokens != nil {
-			hs = append(hs, p.TokenHeader, p.PrefillTokenHeader)
-		}
-	}
-	return hs
 }
 
 // discovered is the transport's dial guard: only addresses of backends
 // some pool currently lists are ever dialled.
 func (s *Server) discovered(addr string) bool {
-	for _, p := range s.pools {
-		if p.source.Current().HasAddr(addr) {
+	for _, src := range s.sources {
+		if src.Current().HasAddr(addr) {
 			return true
 		}
 	}
@@ -249,116 +165,118 @@ func (s *Server) discovered(addr string) bool {
 // Listen binds every listener, so the process fails before serving when a
 // port is taken, and tests can bind port 0 and read the addresses.
 func (s *Server) Listen() error {
-	for _, srv := range s.servers {
-		ln, err := net.Listen("tcp", srv.Addr)
-		if err != nil {
-			s.closeListeners()
+	for _, l := range s.listeners {
+		if err := l.listen(); err != nil {
+			s.unbind()
 			return fmt.Errorf("listen: %w", err)
 		}
-		s.lns = append(s.lns, ln)
-		for name, p := range s.pools {
-			if p.cfg.Listen == srv.Addr {
-				s.poolAddr[name] = ln.Addr().String()
-			}
-		}
 	}
-	ln, err := net.Listen("tcp", s.admin.Addr)
-	if err != nil {
-		s.closeListeners()
+	if err := s.admin.listen(); err != nil {
+		s.unbind()
 		return fmt.Errorf("admin: %w", err)
 	}
-	s.adminLn = ln
 	return nil
 }
 
-func (s *Server) closeListeners() {
-	for _, ln := range s.lns {
-		ln.Close()
+func (l *listener) listen() (err error) {
+	l.ln, err = net.Listen("tcp", l.srv.Addr)
+	return err
+}
+
+// unbind closes and forgets the listeners a failed Listen bound.
+func (s *Server) unbind() {
+	s.closeListeners()
+	for _, l := range s.all() {
+		l.ln = nil
 	}
-	s.lns = nil
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range s.all() {
+		if l.ln != nil {
+			l.ln.Close()
+		}
+	}
+}
+
+// all is every listener, the admin one included (nil before New is done).
+func (s *Server) all() []*listener {
+	if s.admin == nil {
+		return s.listeners
+	}
+	return append([]*listener{s.admin}, s.listeners...)
 }
 
 // PoolAddr is the bound address of a pool's listener (after Listen).
-func (s *Server) PoolAddr(pool string) string { return s.poolAddr[pool] }
+func (s *Server) PoolAddr(pool string) string {
+	for _, l := range s.listeners {
+		for _, name := range l.pools {
+			if name == pool && l.ln != nil {
+				return l.ln.Addr().String()
+			}
+		}
+	}
+	return ""
+}
 
 // AdminAddr is the bound admin address (after Listen).
-func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
+func (s *Server) AdminAddr() string { return s.admin.ln.Addr().String() }
 
 // Registry is the server's metrics registry.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // Run serves until ctx ends, then shuts down gracefully: readiness drops
 // first, in-flight requests (long streams included) get
-// proxy.shutdownTimeout to finish, then the store is closed (a gossip
-// replica leaves its ring) and discovery stops.
+// proxy.shutdownTimeout to finish, the admin listener closes, discovery
+// and the other background parts stop, and then the store is closed (a
+// gossip replica leaves its ring).
 func (s *Server) Run(ctx context.Context) error {
-	if s.adminLn == nil {
+	if s.admin.ln == nil {
 		if err := s.Listen(); err != nil {
 			return err
 		}
 	}
 	defer s.close()
-	bg, bgCancel := context.WithCancel(context.Background())
-	defer bgCancel()
-	g, gctx := errgroup.WithContext(bg)
-	for _, start := range s.starters {
-		g.Go(func() error { return start(gctx) })
-	}
-	serveErr := make(chan error, len(s.servers)+1)
-	serve := func(srv *http.Server, ln net.Listener) {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			serveErr <- err
+	background := append(lifecycle.Group{{Name: "readiness", Run: s.watchReady}}, s.background...)
+	admin := lifecycle.Group{s.admin.part("admin", 0, s.log)}
+	var serving lifecycle.Group
+	addrs := map[string]string{}
+	for _, l := range s.listeners {
+		serving = append(serving, l.part("listener "+l.srv.Addr, s.cfg.Proxy.ShutdownTimeout.Duration, s.log))
+		for _, name := range l.pools {
+			addrs[name] = l.ln.Addr().String()
 		}
 	}
-	for i, srv := range s.servers {
-		go serve(srv, s.lns[i])
-	}
-	go serve(s.admin, s.adminLn)
-	go s.watchReady(gctx)
-	s.log.Info("tether-sidecar serving", "admin", s.AdminAddr(), "pools", s.poolAddr, "store", s.cfg.Store.Backend)
+	s.log.Info("tether-sidecar serving", "admin", s.AdminAddr(), "pools", addrs, "store", s.cfg.Store.Backend)
+	return lifecycle.Run(ctx, s.drain, background, admin, serving)
+}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-serveErr:
-	case <-gctx.Done():
-		runErr = fmt.Errorf("background task failed: %w", context.Cause(gctx))
-		if err := g.Wait(); err != nil {
-			runErr = err
-		}
-	}
+// part serves the listener until stopped, then drains it for drain.
+func (l *listener) part(name string, drain time.Duration, log *slog.Logger) lifecycle.Part {
+	return lifecycle.HTTPServer(name, l.srv, func() error { return l.srv.Serve(l.ln) }, drain, log)
+}
+
+// drain is the first step of a shutdown: readiness drops before any
+// listener stops, so no new traffic is routed here while streams drain.
+func (s *Server) drain() {
 	s.stopping.Store(true)
 	s.ready.Store(false)
 	s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.Proxy.ShutdownTimeout.Duration)
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Proxy.ShutdownTimeout.Duration)
-	defer cancel()
-	for _, srv := range s.servers {
-		if err := srv.Shutdown(sctx); err != nil {
-			s.log.Warn("drain incomplete; closing remaining connections", "err", err)
-			srv.Close()
-		}
-	}
-	s.admin.Close()
-	bgCancel()
-	if err := g.Wait(); err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
-		runErr = err
-	}
-	return runErr
 }
 
 // watchReady turns ready once the store and every pool's discovery have synced.
-func (s *Server) watchReady(ctx context.Context) {
+func (s *Server) watchReady(ctx context.Context) error {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
 		if s.synced() {
 			s.ready.Store(!s.stopping.Load())
 			s.log.Info("ready")
-			return
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 	}
@@ -371,8 +289,8 @@ func (s *Server) synced() bool {
 	if st, ok := s.store.(interface{ Synced() bool }); ok && !st.Synced() {
 		return false
 	}
-	for _, p := range s.pools {
-		if !p.source.Synced() {
+	for _, src := range s.sources {
+		if !src.Synced() {
 			return false
 		}
 	}

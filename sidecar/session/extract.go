@@ -1,3 +1,8 @@
+// Package session reads a request's session key: a pool's sources
+// (Header, Query, Cookie, JWTClaim, Token) tried in order, the first
+// non-empty value winning, and hashes it into the store key that stands in
+// for it everywhere else (StoreKey). It knows no stores and no backends:
+// the resolver turns the Key into a decision.
 package session
 
 import (
@@ -7,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/token"
 )
 
 // MaxKeyBytes bounds a session key. A longer value counts as absent: no
@@ -32,25 +38,32 @@ type MultiClaimReader interface {
 	Claims(token string, names []string) (values []string, ok bool)
 }
 
-// TokenChecker verifies session tokens (token.Codec implements it). A
-// Token source yields only a token it accepts, so a forged or foreign
-// token falls through to the next source.
-type TokenChecker interface {
-	Valid(token string) bool
-}
-
 // Option configures an Extractor.
 type Option func(*Extractor)
 
-// WithTokens lets Token sources yield keys; without it they never do.
-func WithTokens(t TokenChecker) Option { return func(e *Extractor) { e.tokens = t } }
+// WithTokens lets Token sources yield keys: a token the codec verifies,
+// so a forged or foreign token falls through to the next source. Without
+// it Token sources never yield.
+func WithTokens(c *token.Codec) Option { return func(e *Extractor) { e.tokens = c } }
+
+// Key is what a request's sources yielded.
+type Key struct {
+	// Value is the session key; "" when no source yielded one.
+	Value string
+	// Source is the type of the source that yielded Value.
+	Source config.SourceType
+	// Token is the payload of a Token source's token, verified once here
+	// (Source is config.SourceToken): it names the session's backend, so
+	// the resolver routes by it instead of looking Value up.
+	Token token.Payload
+}
 
 // Extractor finds a request's session key from a pool's sources, in order.
 // It is immutable and safe for concurrent use.
 type Extractor struct {
 	sources []source
 	claims  ClaimReader
-	tokens  TokenChecker
+	tokens  *token.Codec
 	multi   bool // claims implements MultiClaimReader
 	// jwtNames lists the claim names of the JWTClaim sources in order;
 	// each JWTClaim source knows its index here.
@@ -58,7 +71,7 @@ type Extractor struct {
 }
 
 type source struct {
-	typ  string
+	typ  config.SourceType
 	name string // canonical header key for Header sources
 	jwt  int    // index into jwtNames for JWTClaim sources
 }
@@ -90,8 +103,8 @@ func NewExtractor(sources []config.Source, claims ClaimReader, opts ...Option) *
 	return e
 }
 
-// Extract returns the first non-empty key the sources yield and the type
-// of the source that yielded it, or ("", "") when none does.
+// Extract returns the first non-empty key the sources yield with the type
+// of the source that yielded it, or the zero Key when none does.
 //
 // Rules: a Header source matches its name case-insensitively and reads the
 // header's first value; a Query source matches the parameter name exactly
@@ -100,11 +113,11 @@ func NewExtractor(sources []config.Source, claims ClaimReader, opts ...Option) *
 // reads the first cookie of that name; a JWTClaim source reads the claim
 // from the `Authorization: Bearer` token (scheme case-insensitive) only if
 // the ClaimReader verified it; a Token source reads header Name like a
-// Header source but only a token the TokenChecker accepts (the key is then
-// the token, which the resolver reads a backend from rather than looking
-// it up). Values longer than MaxKeyBytes are absent.
-// The query string and the bearer token are each parsed at most once.
-func (e *Extractor) Extract(r *http.Request) (key string, sourceType string) {
+// Header source but only a token the codec verifies (the key is then the
+// token, and Key.Token its payload). Values longer than MaxKeyBytes are
+// absent. The query string and the bearer token are each parsed at most
+// once, and a token's MAC is checked once.
+func (e *Extractor) Extract(r *http.Request) Key {
 	var (
 		query     url.Values
 		queryDone bool
@@ -120,8 +133,11 @@ func (e *Extractor) Extract(r *http.Request) (key string, sourceType string) {
 				v = vs[0]
 			}
 		case config.SourceToken:
-			if vs := r.Header[s.name]; len(vs) > 0 && e.tokens != nil && e.tokens.Valid(vs[0]) {
-				v = vs[0]
+			// Verify rejects tokens over token.MaxTokenBytes (< MaxKeyBytes).
+			if vs := r.Header[s.name]; len(vs) > 0 && e.tokens != nil {
+				if p, ok := e.tokens.Verify(vs[0]); ok {
+					return Key{Value: vs[0], Source: s.typ, Token: p}
+				}
 			}
 		case config.SourceQuery:
 			if !queryDone {
@@ -154,10 +170,10 @@ func (e *Extractor) Extract(r *http.Request) (key string, sourceType string) {
 			}
 		}
 		if v != "" && len(v) <= MaxKeyBytes {
-			return v, s.typ
+			return Key{Value: v, Source: s.typ}
 		}
 	}
-	return "", ""
+	return Key{}
 }
 
 // readClaims finds the bearer token and, when the reader can, verifies

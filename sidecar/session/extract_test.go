@@ -15,7 +15,7 @@ func sources(spec string) []config.Source {
 	var out []config.Source
 	for _, s := range strings.Split(spec, ",") {
 		typ, name, _ := strings.Cut(s, ":")
-		out = append(out, config.Source{Type: typ, Name: name})
+		out = append(out, config.Source{Type: config.SourceType(typ), Name: name})
 	}
 	return out
 }
@@ -147,7 +147,8 @@ func TestExtract(t *testing.T) {
 				&fakeMulti{fakeClaims{claims: map[string]string{"sub": "user-1", "tenant": "t1"}}},
 			} {
 				e := NewExtractor(sources(tc.sources), reader)
-				key, typ := e.Extract(request(t, tc.target, tc.headers...))
+				k := e.Extract(request(t, tc.target, tc.headers...))
+				key, typ := k.Value, string(k.Source)
 				if key != tc.wantKey || typ != tc.wantType {
 					t.Fatalf("%T: Extract = %.40q, %q; want %.40q, %q", reader, key, typ, tc.wantKey, tc.wantType)
 				}
@@ -158,7 +159,8 @@ func TestExtract(t *testing.T) {
 
 func TestExtractNoClaimReader(t *testing.T) {
 	e := NewExtractor(sources("JWTClaim:sub,Query:s"), nil)
-	key, typ := e.Extract(request(t, "/?s=q", "Authorization: Bearer valid-1"))
+	k := e.Extract(request(t, "/?s=q", "Authorization: Bearer valid-1"))
+	key, typ := k.Value, k.Source
 	if key != "q" || typ != "Query" {
 		t.Fatalf("Extract = %q, %q; want the next source", key, typ)
 	}
@@ -169,7 +171,7 @@ func TestExtractNoClaimReader(t *testing.T) {
 func TestExtractVerifiesOnce(t *testing.T) {
 	m := &fakeMulti{fakeClaims{claims: map[string]string{"tenant": "t1"}}}
 	e := NewExtractor(sources("JWTClaim:a,JWTClaim:b,JWTClaim:c,JWTClaim:tenant"), m)
-	if key, _ := e.Extract(request(t, "/", "Authorization: Bearer valid-1")); key != "t1" || m.calls != 1 {
+	if key := e.Extract(request(t, "/", "Authorization: Bearer valid-1")).Value; key != "t1" || m.calls != 1 {
 		t.Fatalf("key %q after %d verifications, want t1 after 1", key, m.calls)
 	}
 	m.calls = 0
@@ -186,7 +188,7 @@ func TestExtractVerifiesOnce(t *testing.T) {
 	// A plain ClaimReader is asked lazily, source by source.
 	p := &fakeClaims{claims: map[string]string{"a": "x"}}
 	e = NewExtractor(sources("JWTClaim:a,JWTClaim:b"), p)
-	if key, _ := e.Extract(request(t, "/", "Authorization: Bearer valid-1")); key != "x" || p.calls != 1 {
+	if key := e.Extract(request(t, "/", "Authorization: Bearer valid-1")).Value; key != "x" || p.calls != 1 {
 		t.Fatalf("key %q after %d calls, want x after 1", key, p.calls)
 	}
 }
@@ -196,10 +198,10 @@ func TestExtractVerifiesOnce(t *testing.T) {
 func TestExtractNoQueryParse(t *testing.T) {
 	r := request(t, "/?s=q")
 	r.URL = nil // would panic if a Header-only extractor touched it
-	if key, _ := NewExtractor(sources("Header:X-S"), nil).Extract(r); key != "" {
+	if key := NewExtractor(sources("Header:X-S"), nil).Extract(r).Value; key != "" {
 		t.Fatalf("key %q", key)
 	}
-	if key, _ := NewExtractor(sources("Query:s"), nil).Extract(r); key != "" {
+	if key := NewExtractor(sources("Query:s"), nil).Extract(r).Value; key != "" {
 		t.Fatalf("key %q from a request without URL", key)
 	}
 }
@@ -215,7 +217,7 @@ func BenchmarkExtract(b *testing.B) {
 			r := request(b, bc.target, bc.header)
 			b.ReportAllocs()
 			for b.Loop() {
-				if k, _ := e.Extract(r); k == "" {
+				if k := e.Extract(r); k.Value == "" {
 					b.Fatal("no key")
 				}
 			}

@@ -38,7 +38,8 @@ func FuzzExtract(f *testing.F) {
 		r.Header.Add("Authorization", auth)
 		reader := &fakeMulti{fakeClaims{claims: map[string]string{"sub": auth}}}
 
-		key, typ := NewExtractor(srcs, reader).Extract(r)
+		k := NewExtractor(srcs, reader).Extract(r)
+		key, typ := k.Value, k.Source
 		if (key == "") != (typ == "") {
 			t.Fatalf("key %q with type %q", key, typ)
 		}

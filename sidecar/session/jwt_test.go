@@ -13,6 +13,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/jwtauth"
 	"github.com/tetherproxy/tether/sidecar/session"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 var (
@@ -49,26 +50,14 @@ func TestExtractWithVerifier(t *testing.T) {
 	r, _ := http.NewRequest("GET", "http://x/", nil)
 	r.Header.Set("Authorization", "Bearer "+tok(secret))
 	r.Header.Set("X-Session-ID", "h")
-	if key, typ := e.Extract(r); key != "alice" || typ != config.SourceJWTClaim {
-		t.Fatalf("signed token: Extract = %q, %q", key, typ)
+	if k := e.Extract(r); k.Value != "alice" || k.Source != config.SourceJWTClaim {
+		t.Fatalf("signed token: Extract = %q, %q", k.Value, k.Source)
 	}
 	r.Header.Set("Authorization", "Bearer "+tok([]byte("forged-forged-forged-forged-1234")))
-	if key, typ := e.Extract(r); key != "h" || typ != config.SourceHeader {
-		t.Fatalf("forged token: Extract = %q, %q", key, typ)
+	if k := e.Extract(r); k.Value != "h" || k.Source != config.SourceHeader {
+		t.Fatalf("forged token: Extract = %q, %q", k.Value, k.Source)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	if n := testkit.Metric(t, reg, "tether_jwt_rejected_total", "reason", jwtauth.ReasonSignature); n != 1 {
+		t.Fatalf("signature rejections = %v, want 1 (one verification per request)", n)
 	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if mf.GetName() == "tether_jwt_rejected_total" && m.GetLabel()[0].GetValue() == jwtauth.ReasonSignature {
-				if n := m.GetCounter().GetValue(); n != 1 {
-					t.Fatalf("signature rejections = %v, want 1 (one verification per request)", n)
-				}
-				return
-			}
-		}
-	}
-	t.Fatal("tether_jwt_rejected_total{reason=signature} not found")
 }

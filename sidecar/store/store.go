@@ -1,7 +1,9 @@
 // Package store defines where session bindings live. The implementations
-// (memory, redis, gossip) know no HTTP and no Kubernetes: they map an opaque
-// key — a hash of (pool, session key), never the raw key — to a Binding
-// with a sliding TTL.
+// (memory, redisstore, gossip) know no HTTP and no Kubernetes: they map an
+// opaque key — a hash of (pool, session key), never the raw key — to a
+// Binding with a sliding TTL. Each is built the same way, New(ctx, cfg,
+// Options) (*Store, error), with its part of the config and what the
+// config does not say (registry, logger, tuning) in Options.
 package store
 
 import (

@@ -9,7 +9,9 @@
 // prefill backend of a PD pair, and when the session was placed there
 // (soft affinity's cool-down holds across replicas without a store).
 // Keys rotate: the current key signs, the current and the previous key
-// verify.
+// verify. A request's token is verified once, by the session extractor;
+// the resolver signs the tokens a decision carries, and the proxy writes
+// them into the response headers the Codec names.
 package token
 
 import (
@@ -46,11 +48,13 @@ type Payload struct {
 	Since int64 `json:"t,omitempty"`
 }
 
-// Codec signs and verifies the tokens of one pool.
+// Codec signs and verifies the tokens of one pool, and knows the response
+// headers they travel in.
 type Codec struct {
-	pool          string
-	cur, prev     []byte
-	allowUnsigned bool
+	pool                  string
+	cur, prev             []byte
+	allowUnsigned         bool
+	header, prefillHeader string
 }
 
 // New reads the keys of cfg. Key files hold the raw key; surrounding
@@ -66,7 +70,9 @@ func New(pool string, cfg *config.SessionToken) (*Codec, error) {
 			return nil, fmt.Errorf("sessionToken.previousKeyFile: %w", err)
 		}
 	}
-	return NewWithKeys(pool, cur, prev, cfg.AllowUnsigned), nil
+	c := NewWithKeys(pool, cur, prev, cfg.AllowUnsigned)
+	c.header, c.prefillHeader = cfg.Header, cfg.PrefillHeader
+	return c, nil
 }
 
 func readKey(path string) ([]byte, error) {
@@ -81,10 +87,19 @@ func readKey(path string) ([]byte, error) {
 	return b, nil
 }
 
-// NewWithKeys returns a Codec with the given keys (prev may be nil).
+// NewWithKeys returns a Codec with the given keys (prev may be nil) and
+// the default headers.
 func NewWithKeys(pool string, cur, prev []byte, allowUnsigned bool) *Codec {
-	return &Codec{pool: pool, cur: cur, prev: prev, allowUnsigned: allowUnsigned}
+	return &Codec{pool: pool, cur: cur, prev: prev, allowUnsigned: allowUnsigned,
+		header: config.DefaultSessionTokenHeader, prefillHeader: config.DefaultPrefillTokenHeader}
 }
+
+// Header is the response header a session's token is written to (and
+// Token sources read back).
+func (c *Codec) Header() string { return c.header }
+
+// PrefillHeader is the response header of a PD pair's prefill token.
+func (c *Codec) PrefillHeader() string { return c.prefillHeader }
 
 // Sign returns the token of backend (and prefill, in PD pools), placed at since.
 func (c *Codec) Sign(backend, prefill string, since time.Time) string {
@@ -154,6 +169,3 @@ func (c *Codec) unsigned(tok string) (Payload, bool) {
 	}
 	return Payload{Pool: c.pool, Backend: name}, true
 }
-
-// Valid reports whether Verify accepts tok (session.TokenChecker).
-func (c *Codec) Valid(tok string) bool { _, ok := c.Verify(tok); return ok }

@@ -24,7 +24,7 @@ func TestSignVerify(t *testing.T) {
 	if !ok || p != (Payload{Pool: "ns/pool", Backend: "ns/pod-0/uid", Prefill: "ns/prefill-1/uid", Since: since.Unix()}) {
 		t.Fatalf("Verify = %+v %v", p, ok)
 	}
-	if !c.Valid(tok) || strings.ContainsAny(tok, "+/= ") {
+	if strings.ContainsAny(tok, "+/= ") {
 		t.Fatalf("token %q is not a valid URL-safe token", tok)
 	}
 }
@@ -111,7 +111,7 @@ func TestNewReadsKeyFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Valid(NewWithKeys("p", keyA, nil, false).Sign("b", "", time.Time{})) || !c.Valid(NewWithKeys("p", keyB, nil, false).Sign("b", "", time.Time{})) {
+	if !valid(c, NewWithKeys("p", keyA, nil, false).Sign("b", "", time.Time{})) || !valid(c, NewWithKeys("p", keyB, nil, false).Sign("b", "", time.Time{})) {
 		t.Fatal("keys from files do not verify")
 	}
 	if _, err := New("p", &config.SessionToken{KeyFile: short}); err == nil || !strings.Contains(err.Error(), "at least 32") {
@@ -138,3 +138,5 @@ func FuzzVerify(f *testing.F) {
 		u.Verify(tok)
 	})
 }
+
+func valid(c *Codec, tok string) bool { _, ok := c.Verify(tok); return ok }

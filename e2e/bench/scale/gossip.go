@@ -60,7 +60,7 @@ func startNode(name, seed, keyFile string, maxEntries int) (*node, error) {
 	if seed != "" {
 		cfg.Join = []string{seed}
 	}
-	s, err := gossip.New(context.Background(), cfg, gossip.Options{NodeName: name}, prometheus.NewRegistry(), nil)
+	s, err := gossip.New(context.Background(), cfg, gossip.Options{NodeName: name, Reg: prometheus.NewRegistry()})
 	if err != nil {
 		return nil, err
 	}

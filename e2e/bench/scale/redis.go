@@ -15,7 +15,7 @@ import (
 
 	"github.com/tetherproxy/tether/e2e/bench/procs"
 	"github.com/tetherproxy/tether/sidecar/config"
-	redisstore "github.com/tetherproxy/tether/sidecar/store/redis"
+	redisstore "github.com/tetherproxy/tether/sidecar/store/redisstore"
 )
 
 // relay forwards TCP connections to a Redis server and counts round
@@ -171,7 +171,7 @@ func redisRoundTrips(env *procs.Env, redisAddr string, sessions, turns int) (Rou
 // and redis-server's together.
 func redisLookups(server *procs.Process, addr string, n int, d time.Duration) (float64, error) {
 	cfg := &config.RedisStore{Address: addr, Timeout: config.Duration{Duration: time.Second}, KeyPrefix: "scale"}
-	s, err := redisstore.New(context.Background(), cfg, prometheus.NewRegistry(), nil)
+	s, err := redisstore.New(context.Background(), cfg, redisstore.Options{Reg: prometheus.NewRegistry()})
 	if err != nil {
 		return 0, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherproxy/tether/e2e/bench/procs"
 	"github.com/tetherproxy/tether/e2e/bench/table"
+	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
 )
@@ -65,11 +66,13 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	// Memory store: grow one store through the sizes; each step's bytes
 	// per binding is measured on its own increment and cumulated.
 	step(fmt.Sprintf("scale: memory store, %d bindings", largest))
-	mem := memory.New(memory.Options{MaxEntries: 2 * largest})
+	mem, err := memory.New(ctx, &config.MemoryStore{MaxEntries: 2 * largest}, memory.Options{})
+	if err != nil {
+		return nil, err
+	}
 	if err := footprints(res, "memory", mem, sizes); err != nil {
 		return nil, err
 	}
-	var err error
 	if res.Lookups["memory"], err = lookups(mem, largest, o.LookupTime); err != nil {
 		return nil, err
 	}

@@ -9,12 +9,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -104,59 +103,14 @@ func decode(t *testing.T, resp *http.Response, want int) answer {
 	return a
 }
 
-// scrape parses /metrics as a Prometheus scraper would.
-func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
-	return mfs
-}
+// scrape reads /metrics once, as a Prometheus scraper would.
+func scrape(t *testing.T, url string) prometheus.Gatherer { return testkit.Scrape(t, url+"/metrics") }
 
 // value returns the single sample of a family, checking its model_name label.
-func value(t *testing.T, mfs map[string]*dto.MetricFamily, name, model string) float64 {
+func value(t *testing.T, g prometheus.Gatherer, name, model string) float64 {
 	t.Helper()
-	mf, ok := mfs[name]
-	if !ok || len(mf.GetMetric()) != 1 {
-		t.Fatalf("metric %s missing or not single", name)
-	}
-	m := mf.GetMetric()[0]
-	var label string
-	for _, lp := range m.GetLabel() {
-		if lp.GetName() == "model_name" {
-			label = lp.GetValue()
-		}
-	}
-	if label != model {
-		t.Fatalf("%s{model_name=%q}, want %q", name, label, model)
-	}
-	switch {
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	}
-	t.Fatalf("%s is neither gauge nor counter", name)
-	return 0
-}
-
-// eventually polls cond until it holds or a generous deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Metric(t, g, name)                             // the family has one sample ...
+	return testkit.Metric(t, g, name, "model_name", model) // ... and it is model's
 }
 
 func chatBody(stream bool, maxTokens int, msgs ...string) map[string]any {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestAdmissionIsFIFO(t *testing.T) {
@@ -20,7 +23,7 @@ func TestAdmissionIsFIFO(t *testing.T) {
 			}
 		})
 		// The next waiter starts only once this one is queued.
-		eventually(t, name+" queued", func() bool { _, w := a.counts(); return w == i+1 })
+		testkit.Eventually(t, 20*time.Second, name+" queued", func() bool { _, w := a.counts(); return w == i+1 })
 	}
 	a.release()
 	if got := <-granted; got != "first" {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Turn 2 of a conversation re-sends turn 1 and the reply: its cached tokens
@@ -209,18 +211,18 @@ func TestQueueingAndCancellationInMetrics(t *testing.T) {
 	ctxA, cancelA := context.WithCancel(t.Context())
 	defer cancelA()
 	doneA := send(ctxA)
-	eventually(t, "A running", func() bool { r, _, _ := gauges(); return r == 1 })
+	testkit.Eventually(t, 20*time.Second, "A running", func() bool { r, _, _ := gauges(); return r == 1 })
 	ctxB, cancelB := context.WithCancel(t.Context())
 	defer cancelB()
 	doneB := send(ctxB)
-	eventually(t, "B waiting", func() bool { r, w, kv := gauges(); return r == 1 && w == 1 && kv > 0 })
+	testkit.Eventually(t, 20*time.Second, "B waiting", func() bool { r, w, kv := gauges(); return r == 1 && w == 1 && kv > 0 })
 
 	cancelB()
 	<-doneB
-	eventually(t, "B left the queue", func() bool { r, w, _ := gauges(); return r == 1 && w == 0 })
+	testkit.Eventually(t, 20*time.Second, "B left the queue", func() bool { r, w, _ := gauges(); return r == 1 && w == 0 })
 	cancelA()
 	<-doneA
-	eventually(t, "A released its slot", func() bool { r, w, kv := gauges(); return r == 0 && w == 0 && kv == 0 })
+	testkit.Eventually(t, 20*time.Second, "A released its slot", func() bool { r, w, kv := gauges(); return r == 0 && w == 0 && kv == 0 })
 
 	// The released slot serves the next request.
 	s.SetTiming(0, 0)
@@ -247,7 +249,7 @@ func TestQueuedRequestRunsAfterTheRunningOne(t *testing.T) {
 			results <- a
 		}()
 	}
-	eventually(t, "one running, one waiting", func() bool { st := s.Stats(); return st.Running == 1 && st.Waiting == 1 })
+	testkit.Eventually(t, 20*time.Second, "one running, one waiting", func() bool { st := s.Stats(); return st.Running == 1 && st.Waiting == 1 })
 	s.SetTiming(0, 0)
 	for range 2 {
 		if a := <-results; a.Usage == nil || a.Usage.CompletionTokens != 2 {

@@ -46,10 +46,9 @@ type Source struct {
 	watches    []*podWatch
 	selectable *prometheus.GaugeVec
 
-	set      atomic.Pointer[discovery.Set]
-	synced   atomic.Bool
-	mu       sync.Mutex // serialises rebuilds: informers call handlers concurrently
-	onChange atomic.Pointer[func(*discovery.Set)]
+	set    atomic.Pointer[discovery.Set]
+	synced atomic.Bool
+	mu     sync.Mutex // serialises rebuilds: informers call handlers concurrently
 }
 
 // podWatch is one selector's informer.
@@ -163,11 +162,6 @@ func slimPod(obj any) (any, error) {
 	return obj, nil
 }
 
-// OnChange registers fn to be called with every new Set once synced (for
-// metrics or for dropping state about departed backends). fn runs on an
-// informer goroutine and must not block.
-func (s *Source) OnChange(fn func(*discovery.Set)) { s.onChange.Store(&fn) }
-
 // Current is the latest Set; empty (never nil) until Synced.
 func (s *Source) Current() *discovery.Set { return s.set.Load() }
 
@@ -192,8 +186,13 @@ func (s *Source) Run(ctx context.Context) error {
 		// Only an ended ctx stops the wait: informers retry API errors forever.
 		return nil
 	}
+	// The first complete Set is published before Synced turns true, so a
+	// reader that sees Synced (readiness) sees that Set, never the empty
+	// one; under the lock, so no event between the two is lost.
+	s.mu.Lock()
+	s.publish()
 	s.synced.Store(true)
-	s.rebuild()
+	s.mu.Unlock()
 	for _, w := range s.watches {
 		s.log.Info("kubernetes discovery synced", "role", w.role, "namespace", w.sel.Namespace,
 			"selector", w.sel.Selector, "selectable", s.count(w.role))
@@ -206,11 +205,15 @@ func (s *Source) Run(ctx context.Context) error {
 // complete sync it publishes nothing: a partial view would make bound pods
 // look gone and move their sessions.
 func (s *Source) rebuild() {
-	if !s.synced.Load() {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.synced.Load() {
+		s.publish()
+	}
+}
+
+// publish builds and stores the Set; the caller holds s.mu.
+func (s *Source) publish() {
 	var backends, prefill []discovery.Backend
 	for _, w := range s.watches {
 		bs := s.backendsOf(w)
@@ -221,11 +224,7 @@ func (s *Source) rebuild() {
 			backends = bs
 		}
 	}
-	set := discovery.NewSet(backends, prefill)
-	s.set.Store(set)
-	if fn := s.onChange.Load(); fn != nil {
-		(*fn)(set)
-	}
+	s.set.Store(discovery.NewSet(backends, prefill))
 }
 
 // backendsOf lists a watch's selectable backends, ordered by ID so every

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,18 +51,6 @@ func names(bs []discovery.Backend) string {
 	return strings.Join(s, ",")
 }
 
-// eventually polls cond until it holds or a deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func run(t *testing.T, s *Source) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -81,13 +70,11 @@ func TestSourceFollowsPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var changes sync.Map
-	s.OnChange(func(set *discovery.Set) { changes.Store(names(set.Backends), true) })
 	if s.Synced() || s.Current() == nil || s.Current().Len() != 0 {
 		t.Fatal("before Run: want not synced and an empty, non-nil set")
 	}
 	run(t, s)
-	eventually(t, "sync", s.Synced)
+	testkit.Eventually(t, 10*time.Second, "sync", s.Synced)
 	watching()
 	if got := names(s.Current().Backends); got != "llm/ds-0" {
 		t.Fatalf("after sync: %q, want llm/ds-0", got)
@@ -105,7 +92,7 @@ func TestSourceFollowsPods(t *testing.T) {
 	if _, err := pods.Create(ctx, pod("ds-2", "10.0.0.3"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "three backends", func() bool { return names(s.Current().Backends) == "llm/ds-0,llm/ds-1,llm/ds-2" })
+	testkit.Eventually(t, 10*time.Second, "three backends", func() bool { return names(s.Current().Backends) == "llm/ds-0,llm/ds-1,llm/ds-2" })
 
 	// ds-0 goes NotReady; ds-2 is deleted.
 	if _, err := pods.UpdateStatus(ctx, pod("ds-0", "10.0.0.1", setReady(corev1.ConditionFalse)), metav1.UpdateOptions{}); err != nil {
@@ -114,12 +101,9 @@ func TestSourceFollowsPods(t *testing.T) {
 	if err := pods.Delete(ctx, "ds-2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "only ds-1", func() bool { return names(s.Current().Backends) == "llm/ds-1" })
+	testkit.Eventually(t, 10*time.Second, "only ds-1", func() bool { return names(s.Current().Backends) == "llm/ds-1" })
 	if _, ok := s.Current().Get("llm/ds-0/uid-ds-0"); ok {
 		t.Fatal("a not-ready pod is still in the set")
-	}
-	if _, ok := changes.Load("llm/ds-0,llm/ds-1,llm/ds-2"); !ok {
-		t.Fatal("OnChange did not see the three-backend set")
 	}
 
 	// ds-1 is recreated under the same name: a new UID, a new backend.
@@ -129,7 +113,7 @@ func TestSourceFollowsPods(t *testing.T) {
 	if _, err := pods.Create(ctx, pod("ds-1", "10.0.0.9", func(p *corev1.Pod) { p.UID = "uid-ds-1-again" }), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "recreated ds-1", func() bool {
+	testkit.Eventually(t, 10*time.Second, "recreated ds-1", func() bool {
 		_, ok := s.Current().Get("llm/ds-1/uid-ds-1-again")
 		return ok
 	})
@@ -163,7 +147,7 @@ func TestSourcePD(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, s)
-	eventually(t, "sync", s.Synced)
+	testkit.Eventually(t, 10*time.Second, "sync", s.Synced)
 	watching()
 	set := s.Current()
 	if got := names(set.Prefill); got != "llm/p-a,llm/p-b" {
@@ -180,7 +164,7 @@ func TestSourcePD(t *testing.T) {
 	if err := client.CoreV1().Pods("llm").Delete(context.Background(), "p-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "p-a gone", func() bool { return names(s.Current().Prefill) == "llm/p-b" })
+	testkit.Eventually(t, 10*time.Second, "p-a gone", func() bool { return names(s.Current().Prefill) == "llm/p-b" })
 	if names(s.Current().Backends) != "llm/d-a" {
 		t.Fatal("decode side changed")
 	}
@@ -235,7 +219,7 @@ func TestBackendsSorted(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, s)
-	eventually(t, "sync", s.Synced)
+	testkit.Eventually(t, 10*time.Second, "sync", s.Synced)
 	watching()
 	ids := []string{}
 	for _, b := range s.Current().Backends {

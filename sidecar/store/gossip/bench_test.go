@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Clusters that benchmarks keep across Go's b.N rounds (starting 30
@@ -164,7 +165,7 @@ func BenchmarkRefreshTraffic(b *testing.B) {
 				}
 			}
 			offset.Store(0)
-			eventually(b, 20*time.Second, func() error {
+			testkit.Eventually(b, 20*time.Second, "every node to hold every session", func() error {
 				for _, s := range nodes {
 					if s.Len() != c.sessions {
 						return fmt.Errorf("%s holds %d of %d", s.name, s.Len(), c.sessions)

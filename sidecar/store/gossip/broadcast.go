@@ -121,15 +121,15 @@ func (s *Store) receive(b []byte) {
 	case kindChunk:
 		s.met.chunks.WithLabelValues("received").Inc()
 	}
-	s.merge(m)
+	s.mergeMessage(m)
 	if m.Kind == kindChunk {
 		s.xfer.chunkReceived(m)
 	}
 }
 
-// merge applies m's records and sends the sender back the values of ours
-// that beat its (read repair).
-func (s *Store) merge(m *message) {
+// mergeMessage applies m's records (state.apply, by merge) and sends the
+// sender back the values of ours that beat its (read repair).
+func (s *Store) mergeMessage(m *message) {
 	now := s.now()
 	hook := s.hook.Load()
 	var back []record

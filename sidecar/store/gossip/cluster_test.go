@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 var ctx = context.Background()
@@ -42,7 +43,7 @@ func TestRaceCreateConverges(t *testing.T) {
 	}
 	wg.Wait()
 	for i := range sessions {
-		eventually(t, 5*time.Second, func() error {
+		testkit.Eventually(t, 5*time.Second, "every node to agree on the session", func() error {
 			_, ok, err := agree(nodes, skey(i))
 			if err == nil && !ok {
 				return fmt.Errorf("session %d: no binding", i)
@@ -77,14 +78,14 @@ func TestLateJoinerReceivesState(t *testing.T) {
 	if ok, _ := a.CompareAndDelete(ctx, skey(0), old); !ok {
 		t.Fatal("delete failed")
 	}
-	eventually(t, 5*time.Second, func() error {
+	testkit.Eventually(t, 5*time.Second, "the first node synced", func() error {
 		if !a.Synced() {
 			return fmt.Errorf("first node not synced")
 		}
 		return nil
 	})
 	b := startNode(t, tn, "b", []string{a.selfAddr})
-	eventually(t, 20*time.Second, func() error {
+	testkit.Eventually(t, 20*time.Second, "the late node to receive the state", func() error {
 		if b.Len() != n-1 || !b.Synced() {
 			return fmt.Errorf("late node holds %d bindings (synced %v), want %d", b.Len(), b.Synced(), n-1)
 		}
@@ -118,7 +119,7 @@ func TestPartitionHeals(t *testing.T) {
 	if _, err := nodes[0].Create(ctx, skey(100), store.Binding{Pod: "pod-x"}, ttl); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error { _, _, err := agree(nodes, skey(100)); return err })
+	testkit.Eventually(t, 5*time.Second, "every node to agree before the split", func() error { _, _, err := agree(nodes, skey(100)); return err })
 	waitSynced(t, nodes)
 
 	tn.partition(left, right)
@@ -159,7 +160,7 @@ func TestPartitionHeals(t *testing.T) {
 	// Let memberlist's gossip queue spend its retransmits on the other
 	// side's unreachable nodes: after this, only the state transfer that
 	// the rejoin triggers can carry what each side missed.
-	eventually(t, 10*time.Second, func() error {
+	testkit.Eventually(t, 10*time.Second, "the gossip queues to drain", func() error {
 		for _, s := range nodes {
 			if q := s.queue.NumQueued(); q > 0 {
 				return fmt.Errorf("%s still has %d deltas queued for gossip", s.name, q)
@@ -174,7 +175,7 @@ func TestPartitionHeals(t *testing.T) {
 
 	tn.heal()
 	waitMembers(t, nodes, 4, 30*time.Second)
-	eventually(t, 10*time.Second, func() error {
+	testkit.Eventually(t, 10*time.Second, "a state pull after the heal", func() error {
 		for i, s := range nodes {
 			if testutil.ToFloat64(s.met.transfers.WithLabelValues("complete")) <= pulled[i] {
 				return fmt.Errorf("%s has not pulled state since the heal", s.name)
@@ -183,7 +184,7 @@ func TestPartitionHeals(t *testing.T) {
 		return nil
 	})
 	for i := range 40 {
-		eventually(t, 15*time.Second, func() error {
+		testkit.Eventually(t, 15*time.Second, "the sides to agree after the heal", func() error {
 			b, ok, err := agree(nodes, skey(i))
 			if err != nil {
 				return err
@@ -197,7 +198,7 @@ func TestPartitionHeals(t *testing.T) {
 			return nil
 		})
 	}
-	eventually(t, 15*time.Second, func() error {
+	testkit.Eventually(t, 15*time.Second, "the rebound session to win everywhere", func() error {
 		b, _, err := agree(nodes, skey(100))
 		if err == nil && (b.Pod != "pod-y" || b.Gen != 1) {
 			err = fmt.Errorf("rebound session holds %+v, want pod-y gen 1", b)
@@ -208,7 +209,7 @@ func TestPartitionHeals(t *testing.T) {
 
 func waitSynced(t *testing.T, nodes []*Store) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	testkit.Eventually(t, 10*time.Second, "every node synced", func() error {
 		for _, s := range nodes {
 			if !s.Synced() {
 				return fmt.Errorf("%s not synced", s.name)
@@ -232,7 +233,7 @@ func TestTTLExpiryAndRefresh(t *testing.T) {
 	if _, err := nodes[0].Create(ctx, skey(2), store.Binding{Pod: "busy"}, short); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, func() error {
+	testkit.Eventually(t, 2*time.Second, "both bindings everywhere", func() error {
 		for _, s := range nodes {
 			if s.Len() != 2 {
 				return fmt.Errorf("%s holds %d", s.name, s.Len())
@@ -261,7 +262,7 @@ func TestTTLExpiryAndRefresh(t *testing.T) {
 	}
 	// Once nobody looks it up, the busy one lapses everywhere too, and the
 	// sweep frees the memory.
-	eventually(t, 3*short, func() error {
+	testkit.Eventually(t, 3*short, "every binding to lapse", func() error {
 		for _, s := range nodes {
 			if s.Len() != 0 {
 				return fmt.Errorf("%s still holds %d", s.name, s.Len())
@@ -283,7 +284,7 @@ func TestReadRepair(t *testing.T) {
 	b.st.create(k, value{Created: now, Pod: "newer"}, now, 60_000)
 	// b serves the session; its coalesced refresh reaches a, which answers
 	// with the older binding.
-	eventually(t, 5*time.Second, func() error {
+	testkit.Eventually(t, 5*time.Second, "read repair to settle on the older binding", func() error {
 		b.Lookup(ctx, skey(7), 4*time.Minute)
 		got, _, err := agree(nodes, skey(7))
 		if err == nil && got.Pod != "older" {
@@ -325,7 +326,7 @@ func TestEncryptionKeepsOutWrongKey(t *testing.T) {
 	waitMembers(t, nodes, 2, time.Second)
 	friend := startNode(t, tn, "friend", []string{nodes[0].selfAddr}, withKey(good))
 	waitMembers(t, append(nodes, friend), 3, 10*time.Second)
-	eventually(t, 10*time.Second, func() error {
+	testkit.Eventually(t, 10*time.Second, "the keyed newcomer to receive the binding", func() error {
 		if _, ok, _ := friend.Peek(ctx, skey(1)); !ok {
 			return fmt.Errorf("friend has not received the binding")
 		}

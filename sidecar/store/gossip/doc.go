@@ -24,7 +24,9 @@
 //
 // The rule is a total order plus a max, so merging is commutative,
 // associative and idempotent: replicas that have seen the same values hold
-// the same binding. A value whose expiry has passed on a replica's own
+// the same binding. It is one function, merge (merge.go), which the
+// property tests exercise and every remote value goes through
+// (state.apply). A value whose expiry has passed on a replica's own
 // clock is absent there. A Create over a tombstone of generation g takes
 // generation g+1, so a new binding after a delete supersedes it.
 //

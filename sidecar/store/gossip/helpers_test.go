@@ -20,6 +20,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -187,7 +188,8 @@ func newNode(tn *testNet, name string, join []string, opts ...nodeOpt) (*Store, 
 	for _, f := range opts {
 		f(cfg, &o)
 	}
-	return New(context.Background(), cfg, o, prometheus.NewRegistry(), testLogger().With("node", name))
+	o.Reg, o.Log = prometheus.NewRegistry(), testLogger().With("node", name)
+	return New(context.Background(), cfg, o)
 }
 
 // production undoes the test timers: memberlist's LAN defaults and the
@@ -210,7 +212,7 @@ func startCluster(t testing.TB, tn *testNet, n int, opts ...nodeOpt) []*Store {
 
 func waitMembers(t testing.TB, nodes []*Store, n int, d time.Duration) {
 	t.Helper()
-	eventually(t, d, func() error {
+	testkit.Eventually(t, d, "every node to see all members", func() error {
 		for _, s := range nodes {
 			if m := s.Members(); m != n {
 				return fmt.Errorf("%s sees %d members, want %d", s.name, m, n)
@@ -218,22 +220,6 @@ func waitMembers(t testing.TB, nodes []*Store, n int, d time.Duration) {
 		}
 		return nil
 	})
-}
-
-// eventually polls cond until it returns nil or the deadline passes.
-func eventually(t testing.TB, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // agree checks that every node holds the same live binding for key (or

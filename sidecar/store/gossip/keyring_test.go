@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // TestKeyRotation rotates the ring's key the way the README tells an
@@ -42,7 +43,7 @@ func TestKeyRotation(t *testing.T) {
 	nodes := startCluster(t, tn, 3, withKey(old))
 	synced := func(ss ...*Store) {
 		t.Helper()
-		eventually(t, 20*time.Second, func() error {
+		testkit.Eventually(t, 20*time.Second, "every replica to pull the ring's state", func() error {
 			for _, s := range ss {
 				if !s.Synced() {
 					return fmt.Errorf("%s has not pulled the ring's state", s.name)
@@ -55,7 +56,7 @@ func TestKeyRotation(t *testing.T) {
 	if _, err := nodes[0].Create(ctx, skey(0), store.Binding{Pod: "before-rotation"}, ttl); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error { _, _, err := agree(nodes, skey(0)); return err })
+	testkit.Eventually(t, 10*time.Second, "every replica to agree on the binding", func() error { _, _, err := agree(nodes, skey(0)); return err })
 	n := 1
 	for _, step := range []struct{ name, keys string }{{"add", add}, {"swap", swap}, {"done", done}} {
 		for i := range nodes {
@@ -72,7 +73,7 @@ func TestKeyRotation(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range []string{skey(0), skey(n)} {
-				eventually(t, 10*time.Second, func() error {
+				testkit.Eventually(t, 10*time.Second, "the binding to reach every replica after the restart", func() error {
 					_, ok, err := agree(nodes, k)
 					if err == nil && !ok {
 						err = fmt.Errorf("%s: no replica holds %s", step.name, k[:8])
@@ -96,7 +97,7 @@ func TestKeyRotation(t *testing.T) {
 // log at every start and in tether_gossip_insecure.
 func TestInsecureIsExplicit(t *testing.T) {
 	cfg := &config.GossipStore{Bind: "127.0.0.1:0", Discovery: config.PeersStatic, MaxEntries: 10}
-	if _, err := New(ctx, cfg, Options{NodeName: "n"}, nil, nil); err == nil ||
+	if _, err := New(ctx, cfg, Options{NodeName: "n"}); err == nil ||
 		!strings.Contains(err.Error(), "store.gossip.secretKeyFile: required") {
 		t.Fatalf("a ring without a key started: %v", err)
 	}
@@ -122,7 +123,8 @@ func TestInsecureIsExplicit(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s, err := New(ctx, cfg, o, reg, slog.New(slog.NewTextHandler(&logBuf, nil)))
+			o.Reg, o.Log = reg, slog.New(slog.NewTextHandler(&logBuf, nil))
+			s, err := New(ctx, cfg, o)
 			if err != nil {
 				t.Fatal(err)
 			}

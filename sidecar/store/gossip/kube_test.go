@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func pod(name, ip string, phase corev1.PodPhase, app string) *corev1.Pod {
@@ -56,7 +57,7 @@ func TestKubernetesDiscovery(t *testing.T) {
 	waitMembers(t, []*Store{a, b}, 2, 10*time.Second)
 
 	want := []string{fmt.Sprintf("127.0.0.2:%d", port), fmt.Sprintf("127.0.0.3:%d", port)}
-	eventually(t, 5*time.Second, func() error {
+	testkit.Eventually(t, 5*time.Second, "the peer addresses from the API", func() error {
 		got := a.src.addrs(context.Background())
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
@@ -71,9 +72,8 @@ func TestKubernetesDiscoveryNeedsClientAndNamespace(t *testing.T) {
 		"no client":    {Namespace: "llm"},
 		"no namespace": {KubeClient: fake.NewClientset()},
 	} {
-		t.Setenv("POD_NAMESPACE", "")
 		cfg := &config.GossipStore{Bind: "127.0.0.1:0", Discovery: config.PeersKubernetes, PeerSelector: "app=router", MaxEntries: 10, Insecure: true}
-		if s, err := New(context.Background(), cfg, o, nil, nil); err == nil {
+		if s, err := New(context.Background(), cfg, o); err == nil {
 			_ = s.Close()
 			t.Errorf("%s: started", name)
 		}

@@ -75,6 +75,13 @@ func compareIdentity(a, b value) int {
 	}
 }
 
+// sameIdentity reports whether a and b are the same binding (or the same
+// tombstone), whatever their expiries: compareIdentity(a, b) == 0.
+func sameIdentity(a, b value) bool {
+	a.Expires = b.Expires
+	return a == b
+}
+
 // merge returns the winner of a and b. Values of the same identity keep the
 // later expiry: refreshes only ever extend. merge is commutative,
 // associative and idempotent (dskit's Mergeable), which is what lets every

@@ -29,7 +29,7 @@ type peerSource interface {
 
 func (s *Store) newPeerSource(ctx context.Context, cfg *config.GossipStore, port int) (peerSource, error) {
 	switch cfg.Discovery {
-	case "", config.PeersStatic:
+	case config.PeersStatic:
 		return staticPeers{list: cfg.Join, port: port}, nil
 	case config.PeersDNS:
 		if cfg.DNSName == "" {

@@ -164,8 +164,9 @@ const (
 	applyRejected                    // the held binding beat the value (a conflict)
 )
 
-// apply merges a remote value into k. On applyRejected it also returns the
-// winner held here, for a read-repair reply to the sender.
+// apply merges a remote value into k with merge, the rule every replica
+// converges by, and says what that did. On applyRejected it also returns
+// the winner held here, for a read-repair reply to the sender.
 func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 	if in.Expires <= now {
 		return applyStale, value{}
@@ -179,18 +180,19 @@ func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 		return applyAdopted, value{}
 	}
 	cur := sh.value(e)
-	switch c := compareIdentity(in, cur); {
-	case c > 0:
-		s.put(sh, k, in, now)
-		return applyReplaced, value{}
-	case c < 0:
-		return applyRejected, cur
-	}
-	if in.Expires <= e.expires {
+	won := merge(cur, in)
+	switch {
+	case won == cur && sameIdentity(in, cur):
 		return applyStale, value{}
+	case won == cur:
+		return applyRejected, cur
+	case !sameIdentity(won, cur):
+		s.put(sh, k, won, now)
+		return applyReplaced, value{}
 	}
-	e.expires = in.Expires
-	e.announced = max(e.announced, s.ticks(in.Expires))
+	// The same binding with a later expiry: a refresh.
+	e.expires = won.Expires
+	e.announced = max(e.announced, s.ticks(won.Expires))
 	sh.m[k] = e
 	return applyExtended, value{}
 }

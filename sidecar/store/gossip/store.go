@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,18 +21,26 @@ import (
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
-// Options carries what the config file does not: the process's identity,
-// the Kubernetes client, and tuning knobs with production defaults (zero
-// means default).
+// Options carries what the config file does not: where metrics and logs
+// go, the process's identity, the Kubernetes client, and tuning knobs with
+// production defaults (zero means default).
 type Options struct {
+	// Reg receives the store's metrics; nil: unregistered.
+	Reg prometheus.Registerer
+	// Log receives the store's logs; nil: discarded.
+	Log *slog.Logger
 	// KubeClient is required for discovery: kubernetes.
 	KubeClient kubernetes.Interface
-	// Namespace of the router pods; default env POD_NAMESPACE.
+	// Namespace of the router pods (the sidecar's own); required for
+	// discovery: kubernetes.
 	Namespace string
 	// NodeName prefixes this replica's memberlist name (a random suffix
-	// keeps a restarted pod from clashing with its own ghost); default
-	// env POD_NAME, else the hostname.
+	// keeps a restarted pod from clashing with its own ghost): the pod's
+	// name.
 	NodeName string
+	// PodIP is advertised to the ring when cfg.Advertise is unset (the
+	// injector renders $(POD_IP) there); empty: memberlist picks.
+	PodIP string
 	// Clock is the time source for TTLs; default time.Now.
 	Clock func() time.Time
 
@@ -85,14 +92,8 @@ func (o *Options) setDefaults() {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	if o.Namespace == "" {
-		o.Namespace = os.Getenv("POD_NAMESPACE")
-	}
-	if o.NodeName == "" {
-		o.NodeName = os.Getenv("POD_NAME")
-	}
-	if o.NodeName == "" {
-		o.NodeName, _ = os.Hostname()
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -147,32 +148,25 @@ var _ store.Counter = (*Store)(nil)
 // joining peers from discovery in the background (a first replica has
 // none; a failed join is retried every RejoinInterval). ctx bounds only
 // the start; Close stops the store.
-func New(ctx context.Context, cfg *config.GossipStore, opts Options, reg prometheus.Registerer, log *slog.Logger) (*Store, error) {
+func New(ctx context.Context, cfg *config.GossipStore, opts Options) (*Store, error) {
 	if cfg == nil {
 		return nil, errors.New("gossip store: no store.gossip config")
 	}
 	opts.setDefaults()
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log = log.With("store", "gossip")
-	maxEntries := cfg.MaxEntries
-	if maxEntries <= 0 {
-		maxEntries = config.DefaultMaxEntries
-	}
+	log := opts.Log.With("store", "gossip")
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	s := &Store{
 		opts:    opts,
 		log:     log,
 		name:    opts.NodeName + "-" + hex.EncodeToString(suffix),
-		st:      newState(maxEntries, opts.Clock().UnixMilli()),
+		st:      newState(cfg.MaxEntries, opts.Clock().UnixMilli()),
 		out:     make(chan pair, 4096),
 		others:  map[string]memberlist.Node{},
 		repairs: make(chan repairSend, 256),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.met = newMetrics(reg, cfg.SecretKeyFile == "",
+	s.met = newMetrics(opts.Reg, cfg.SecretKeyFile == "",
 		func() float64 { return float64(s.Members()) },
 		func() float64 { return float64(s.Len()) },
 		func() float64 { return float64(s.st.evicted.Load()) })
@@ -262,7 +256,7 @@ func (s *Store) memberlistConfig(cfg *config.GossipStore) (*memberlist.Config, e
 	mc.AdvertisePort = mc.BindPort
 	adv := cfg.Advertise
 	if adv == "" {
-		adv = os.Getenv("POD_IP")
+		adv = s.opts.PodIP
 	}
 	if adv != "" {
 		if h, p, err := net.SplitHostPort(adv); err == nil {

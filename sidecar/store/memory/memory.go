@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
@@ -21,7 +22,6 @@ type Store struct {
 	shards   [shardCount]shard
 	seed     maphash.Seed
 	perShard int
-	now      func() time.Time
 	stop     chan struct{}
 	done     chan struct{}
 	once     sync.Once
@@ -43,35 +43,27 @@ type entry struct {
 	prev, next *entry
 }
 
-// Options tune a Store.
+// Options tune a Store beyond its config.
 type Options struct {
-	// MaxEntries caps the number of bindings; the least recently used go
-	// first when a new one would exceed it.
-	MaxEntries int
 	// SweepInterval is how often expired entries are freed (they are never
 	// returned in between). Default 1s.
 	SweepInterval time.Duration
-	// Now is the clock; default time.Now. Tests pass a fake.
-	Now func() time.Time
 }
 
-// New returns a Store and starts its sweeper; Close stops it.
-func New(o Options) *Store {
-	if o.MaxEntries < 1 {
-		o.MaxEntries = 1
-	}
+// New returns a Store of at most cfg.MaxEntries bindings (the least
+// recently used go first when a new one would exceed it) and starts its
+// sweeper; Close stops it. It has the shape of every store's New; nothing
+// here can fail or wait, so ctx is unused and the error always nil.
+func New(_ context.Context, cfg *config.MemoryStore, o Options) (*Store, error) {
+	maxEntries := max(cfg.MaxEntries, 1)
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = time.Second
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 	s := &Store{
 		seed: maphash.MakeSeed(),
 		// Round the per-shard cap up so the total is never below MaxEntries
 		// and never more than shardCount-1 above it.
-		perShard: (o.MaxEntries + shardCount - 1) / shardCount,
-		now:      o.Now,
+		perShard: (maxEntries + shardCount - 1) / shardCount,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -79,7 +71,7 @@ func New(o Options) *Store {
 		s.shards[i].m = make(map[string]*entry)
 	}
 	go s.sweepLoop(o.SweepInterval)
-	return s
+	return s, nil
 }
 
 func (s *Store) shard(key string) *shard {
@@ -89,7 +81,7 @@ func (s *Store) shard(key string) *shard {
 // Lookup returns the live binding and slides its expiry to now+ttl.
 func (s *Store) Lookup(_ context.Context, key string, ttl time.Duration) (store.Binding, bool, error) {
 	sh := s.shard(key)
-	now := s.now()
+	now := time.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.live(key, now)
@@ -104,7 +96,7 @@ func (s *Store) Lookup(_ context.Context, key string, ttl time.Duration) (store.
 // Create stores b unless a live binding exists, and returns the one that holds.
 func (s *Store) Create(_ context.Context, key string, b store.Binding, ttl time.Duration) (store.Binding, error) {
 	sh := s.shard(key)
-	now := s.now()
+	now := time.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.live(key, now); e != nil {
@@ -138,7 +130,7 @@ func (s *Store) Peek(_ context.Context, key string) (store.Binding, bool, error)
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.live(key, s.now()); e != nil {
+	if e := sh.live(key, time.Now()); e != nil {
 		return e.binding(), true, nil
 	}
 	return store.Binding{}, false, nil
@@ -174,14 +166,14 @@ func (s *Store) sweepLoop(interval time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.shards[i].sweep(s.now())
+			s.shards[i].sweep(time.Now())
 		}
 	}
 }
 
-// Sweep frees every expired entry now (tests use it with a fake clock).
+// Sweep frees every expired entry now (tests call it in a synctest bubble).
 func (s *Store) Sweep() {
-	now := s.now()
+	now := time.Now()
 	for i := range s.shards {
 		s.shards[i].sweep(now)
 	}

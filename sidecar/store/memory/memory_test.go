@@ -5,37 +5,43 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeClock is a settable clock shared by a test and the store.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
-func newStore(t *testing.T, max int) (*Store, *fakeClock) {
+// newStore is a store whose sweeper does not run during a test. Tests of
+// expiry run in a synctest bubble: time.Sleep moves the store's clock.
+func newStore(t *testing.T, max int) *Store {
 	t.Helper()
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	s := New(Options{MaxEntries: max, Now: clk.Now, SweepInterval: time.Hour})
+	s := mustNew(t, max, Options{SweepInterval: time.Hour})
 	t.Cleanup(func() { s.Close() })
-	return s, clk
+	return s
 }
 
 var ctx = context.Background()
 
-func TestCreateThenLookup(t *testing.T) {
-	s, clk := newStore(t, 100)
-	b := store.Binding{Pod: "a", Gen: 1, Created: clk.Now()}
+func mustNew(t testing.TB, maxEntries int, o Options) *Store {
+	t.Helper()
+	s, err := New(ctx, &config.MemoryStore{MaxEntries: maxEntries}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestCreateThenLookup(t *testing.T) { synctest.Test(t, testCreateThenLookup) }
+
+func testCreateThenLookup(t *testing.T) {
+	s := newStore(t, 100)
+	b := store.Binding{Pod: "a", Gen: 1, Created: time.Now()}
 	got, err := s.Create(ctx, "k", b, 10*time.Second)
 	if err != nil || got.Pod != "a" {
 		t.Fatalf("Create = %+v, %v", got, err)
@@ -44,13 +50,13 @@ func TestCreateThenLookup(t *testing.T) {
 	if err != nil || !ok || got.Pod != "a" || got.Gen != 1 {
 		t.Fatalf("Lookup = %+v %v %v", got, ok, err)
 	}
-	if want := clk.Now().Add(10 * time.Second); !got.ExpiresAt.Equal(want) {
+	if want := time.Now().Add(10 * time.Second); !got.ExpiresAt.Equal(want) {
 		t.Fatalf("ExpiresAt = %v, want %v", got.ExpiresAt, want)
 	}
 }
 
 func TestCreateKeepsExistingLiveBinding(t *testing.T) {
-	s, _ := newStore(t, 100)
+	s := newStore(t, 100)
 	s.Create(ctx, "k", store.Binding{Pod: "first"}, time.Minute)
 	got, _ := s.Create(ctx, "k", store.Binding{Pod: "second"}, time.Minute)
 	if got.Pod != "first" {
@@ -58,14 +64,16 @@ func TestCreateKeepsExistingLiveBinding(t *testing.T) {
 	}
 }
 
-func TestTTLExpiresAndLookupSlides(t *testing.T) {
-	s, clk := newStore(t, 100)
+func TestTTLExpiresAndLookupSlides(t *testing.T) { synctest.Test(t, testTTLExpiresAndLookupSlides) }
+
+func testTTLExpiresAndLookupSlides(t *testing.T) {
+	s := newStore(t, 100)
 	ttl := 10 * time.Second
 	s.Create(ctx, "slid", store.Binding{Pod: "a"}, ttl)
 	s.Create(ctx, "idle", store.Binding{Pod: "b"}, ttl)
 	// Look "slid" up every 6s for a minute: each lookup pushes its expiry.
 	for i := 0; i < 10; i++ {
-		clk.Add(6 * time.Second)
+		time.Sleep(6 * time.Second)
 		if _, ok, _ := s.Lookup(ctx, "slid", ttl); !ok {
 			t.Fatalf("sliding binding expired after %d refreshes", i)
 		}
@@ -74,29 +82,33 @@ func TestTTLExpiresAndLookupSlides(t *testing.T) {
 		t.Fatal("idle binding still returned after its TTL")
 	}
 	// Exactly at expiry the binding is gone.
-	clk.Add(ttl)
+	time.Sleep(ttl)
 	if _, ok, _ := s.Lookup(ctx, "slid", ttl); ok {
 		t.Fatal("binding returned at its expiry instant")
 	}
 }
 
-func TestPeekDoesNotRefresh(t *testing.T) {
-	s, clk := newStore(t, 100)
+func TestPeekDoesNotRefresh(t *testing.T) { synctest.Test(t, testPeekDoesNotRefresh) }
+
+func testPeekDoesNotRefresh(t *testing.T) {
+	s := newStore(t, 100)
 	s.Create(ctx, "k", store.Binding{Pod: "a"}, 10*time.Second)
-	clk.Add(9 * time.Second)
+	time.Sleep(9 * time.Second)
 	if _, ok, _ := s.Peek(ctx, "k"); !ok {
 		t.Fatal("Peek missed a live binding")
 	}
-	clk.Add(2 * time.Second)
+	time.Sleep(2 * time.Second)
 	if _, ok, _ := s.Peek(ctx, "k"); ok {
 		t.Fatal("Peek refreshed the binding")
 	}
 }
 
-func TestExpiredIsReplacedByCreate(t *testing.T) {
-	s, clk := newStore(t, 100)
+func TestExpiredIsReplacedByCreate(t *testing.T) { synctest.Test(t, testExpiredIsReplacedByCreate) }
+
+func testExpiredIsReplacedByCreate(t *testing.T) {
+	s := newStore(t, 100)
 	s.Create(ctx, "k", store.Binding{Pod: "old"}, time.Second)
-	clk.Add(2 * time.Second)
+	time.Sleep(2 * time.Second)
 	got, _ := s.Create(ctx, "k", store.Binding{Pod: "new"}, time.Second)
 	if got.Pod != "new" {
 		t.Fatalf("expired binding blocked Create: %+v", got)
@@ -104,7 +116,7 @@ func TestExpiredIsReplacedByCreate(t *testing.T) {
 }
 
 func TestCompareAndDelete(t *testing.T) {
-	s, _ := newStore(t, 100)
+	s := newStore(t, 100)
 	old := store.Binding{Pod: "a", Gen: 1}
 	s.Create(ctx, "k", old, time.Minute)
 	if ok, _ := s.CompareAndDelete(ctx, "k", store.Binding{Pod: "b", Gen: 1}); ok {
@@ -126,7 +138,7 @@ func TestCompareAndDelete(t *testing.T) {
 
 func TestCapHoldsUnderFlood(t *testing.T) {
 	const max = 1000
-	s, _ := newStore(t, max)
+	s := newStore(t, max)
 	for i := 0; i < 50*max; i++ {
 		s.Create(ctx, fmt.Sprintf("flood-%d", i), store.Binding{Pod: "a"}, time.Hour)
 		if n := s.Len(); n > max+shardCount {
@@ -140,7 +152,7 @@ func TestCapHoldsUnderFlood(t *testing.T) {
 
 func TestEvictsLeastRecentlyUsed(t *testing.T) {
 	// One entry per shard at most: MaxEntries = shardCount.
-	s, _ := newStore(t, shardCount)
+	s := newStore(t, shardCount)
 	// Find two keys of one shard.
 	var a, b string
 	for i := 0; b == ""; i++ {
@@ -162,34 +174,36 @@ func TestEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
-func TestSweepFreesExpired(t *testing.T) {
-	s, clk := newStore(t, 1000)
+func TestSweepFreesExpired(t *testing.T) { synctest.Test(t, testSweepFreesExpired) }
+
+func testSweepFreesExpired(t *testing.T) {
+	s := newStore(t, 1000)
 	for i := 0; i < 100; i++ {
 		s.Create(ctx, fmt.Sprint(i), store.Binding{Pod: "a"}, time.Second)
 	}
 	s.Create(ctx, "long", store.Binding{Pod: "a"}, time.Hour)
-	clk.Add(2 * time.Second)
+	time.Sleep(2 * time.Second)
 	s.Sweep()
 	if n := s.Len(); n != 1 {
 		t.Fatalf("Len after sweep = %d, want 1", n)
 	}
 }
 
-func TestBackgroundSweeper(t *testing.T) {
-	s := New(Options{MaxEntries: 100, SweepInterval: 64 * time.Millisecond})
+func TestBackgroundSweeper(t *testing.T) { synctest.Test(t, testBackgroundSweeper) }
+
+func testBackgroundSweeper(t *testing.T) {
+	s := mustNew(t, 100, Options{SweepInterval: 64 * time.Millisecond})
 	defer s.Close()
 	s.Create(ctx, "k", store.Binding{Pod: "a"}, time.Millisecond)
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("sweeper never freed the expired entry")
-		}
-		time.Sleep(10 * time.Millisecond)
+	time.Sleep(64 * time.Millisecond)
+	synctest.Wait() // the sweep that the ticker woke has run
+	if s.Len() != 0 {
+		t.Fatal("sweeper never freed the expired entry")
 	}
 }
 
 func TestConcurrentCreatesConverge(t *testing.T) {
-	s, _ := newStore(t, 1000)
+	s := newStore(t, 1000)
 	const n = 16
 	results := make([]string, n)
 	var wg sync.WaitGroup
@@ -210,7 +224,7 @@ func TestConcurrentCreatesConverge(t *testing.T) {
 }
 
 func TestCloseIsIdempotent(t *testing.T) {
-	s := New(Options{MaxEntries: 1})
+	s := mustNew(t, 1, Options{})
 	s.Close()
 	s.Close()
 }
@@ -218,7 +232,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 // BenchmarkLookupRefresh is the sticky hot path: one lookup that slides the
 // TTL of an existing binding, from many goroutines.
 func BenchmarkLookupRefresh(b *testing.B) {
-	s := New(Options{MaxEntries: 1_000_000})
+	s := mustNew(b, 1_000_000, Options{})
 	defer s.Close()
 	const keys = 100_000
 	ks := make([]string, keys)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 )
 
 // tripCounter counts round trips two ways: go-redis hook invocations (one

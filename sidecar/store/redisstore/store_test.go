@@ -16,7 +16,8 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 var ctx = context.Background()
@@ -121,7 +122,7 @@ func TestExpiry(t *testing.T) {
 	if _, ok, _ := e.s.Peek(ctx, "k"); !ok {
 		t.Fatal("binding gone at once")
 	}
-	eventually(t, 5*time.Second, "binding with a 1s TTL expires", func() bool {
+	testkit.Eventually(t, 5*time.Second, "binding with a 1s TTL expires", func() bool {
 		_, ok, err := e.s.Peek(ctx, "k")
 		return !ok && err == nil
 	})
@@ -315,33 +316,33 @@ func TestFailOpenAndRecovery(t *testing.T) {
 			t.Fatalf("with the breaker open: %v; want ErrBreakerOpen", err)
 		}
 	}
-	if v := e.metric(t, "tether_store_breaker_open", map[string]string{"backend": "redis"}); v != 1 {
+	if v := testkit.Metric(t, e.reg, "tether_store_breaker_open", "backend", "redis"); v != 1 {
 		t.Fatalf("tether_store_breaker_open = %v, want 1", v)
 	}
-	if v := e.metric(t, "tether_store_errors_total", map[string]string{"backend": "redis", "op": "lookup"}); v != 4 {
+	if v := testkit.Metric(t, e.reg, "tether_store_errors_total", "backend", "redis", "op", "lookup"); v != 4 {
 		t.Fatalf("lookup errors = %v, want 4", v)
 	}
-	if v := e.metric(t, "tether_store_errors_total", map[string]string{"backend": "redis", "op": "create"}); v != 1 {
+	if v := testkit.Metric(t, e.reg, "tether_store_errors_total", "backend", "redis", "op", "create"); v != 1 {
 		t.Fatalf("create errors = %v, want 1", v)
 	}
 
 	srv.Restart() // same port, empty dataset
-	eventually(t, 10*time.Second, "the store answers again after Redis returns", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the store answers again after Redis returns", func() bool {
 		_, err := e.s.Create(ctx, "k2", binding("p", "", 0), time.Minute)
 		return err == nil
 	})
 	if _, ok, err := e.s.Lookup(ctx, "k2", time.Minute); !ok || err != nil {
 		t.Fatalf("Lookup after recovery: %v %v", ok, err)
 	}
-	if v := e.metric(t, "tether_store_breaker_open", map[string]string{"backend": "redis"}); v != 0 {
+	if v := testkit.Metric(t, e.reg, "tether_store_breaker_open", "backend", "redis"); v != 0 {
 		t.Fatalf("tether_store_breaker_open = %v after recovery", v)
 	}
 	// Many errors, one error line (LogInterval is an hour here), plus the
 	// breaker's open and close lines.
-	if n := e.log.count("redis store error"); n != 1 {
+	if n := e.log.Count("redis store error"); n != 1 {
 		t.Errorf("%d error log lines, want 1 (rate-limited):\n%s", n, e.log)
 	}
-	if e.log.count("redis breaker open") != 1 || e.log.count("redis breaker closed") != 1 {
+	if e.log.Count("redis breaker open") != 1 || e.log.Count("redis breaker closed") != 1 {
 		t.Errorf("breaker transitions not logged once each:\n%s", e.log)
 	}
 }
@@ -360,7 +361,7 @@ func TestHungRedisTimesOut(t *testing.T) {
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Lookup on a hung Redis: %v; want ErrUnavailable", err)
 	}
-	eventually(t, 5*time.Second, "Lookup works after Redis resumes", func() bool {
+	testkit.Eventually(t, 5*time.Second, "Lookup works after Redis resumes", func() bool {
 		_, ok, err := e.s.Lookup(ctx, "k", time.Minute)
 		return ok && err == nil
 	})
@@ -401,7 +402,7 @@ func TestReplyErrorKeepsBreakerClosed(t *testing.T) {
 func TestStartupUnreachable(t *testing.T) {
 	port := freePortFor(t)
 	cfg := cfgFor(&redistest.Server{Addr: "127.0.0.1:" + port})
-	_, err := NewWithOptions(ctx, cfg, Options{StartupTimeout: 300 * time.Millisecond}, nil, nil)
+	_, err := New(ctx, cfg, Options{StartupTimeout: 300 * time.Millisecond})
 	want := "store.redis: cannot reach 127.0.0.1:" + port + ": connection refused"
 	if err == nil || err.Error() != want {
 		t.Fatalf("New on a closed port: %v\nwant %s", err, want)
@@ -431,7 +432,7 @@ func TestStartupAuth(t *testing.T) {
 			if tc.password != "" {
 				cfg.PasswordFile = write(tc.name, tc.password)
 			}
-			_, err := NewWithOptions(ctx, cfg, Options{StartupTimeout: 300 * time.Millisecond}, nil, nil)
+			_, err := New(ctx, cfg, Options{StartupTimeout: 300 * time.Millisecond})
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Fatalf("New: %v\nwant prefix %s", err, tc.want)
 			}
@@ -448,7 +449,7 @@ func TestStartupAuth(t *testing.T) {
 	t.Run("missing password file", func(t *testing.T) {
 		cfg := cfgFor(srv)
 		cfg.PasswordFile = filepath.Join(dir, "nope")
-		_, err := New(ctx, cfg, nil, nil)
+		_, err := New(ctx, cfg, Options{})
 		if err == nil || !strings.Contains(err.Error(), "passwordFile") {
 			t.Fatalf("New: %v", err)
 		}
@@ -461,7 +462,7 @@ func TestStartupWaitsForRedis(t *testing.T) {
 	srv.Kill()
 	done := make(chan error, 1)
 	go func() {
-		s, err := NewWithOptions(ctx, cfgFor(srv), Options{StartupTimeout: 20 * time.Second}, nil, nil)
+		s, err := New(ctx, cfgFor(srv), Options{StartupTimeout: 20 * time.Second})
 		if err == nil {
 			s.Close()
 		}
@@ -505,12 +506,12 @@ func TestMetricsSharedRegistry(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newEnv(t, srv, nil, Options{})
 	// A second store on the same registry reuses the collectors.
-	s, err := New(ctx, cfgFor(srv), a.reg, nil)
+	s, err := New(ctx, cfgFor(srv), Options{Reg: a.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	if v := a.metric(t, "tether_store_errors_total", map[string]string{"op": "peek"}); v != 0 {
+	if v := testkit.Metric(t, a.reg, "tether_store_errors_total", "op", "peek"); v != 0 {
 		t.Fatalf("errors = %v", v)
 	}
 }

@@ -12,7 +12,6 @@ import (
 type rateLog struct {
 	log      *slog.Logger
 	interval time.Duration
-	now      func() time.Time
 
 	mu         sync.Mutex
 	last       time.Time
@@ -21,7 +20,7 @@ type rateLog struct {
 
 func (r *rateLog) warn(msg string, args ...any) {
 	r.mu.Lock()
-	now := r.now()
+	now := time.Now()
 	if !r.last.IsZero() && now.Sub(r.last) < r.interval {
 		r.suppressed++
 		r.mu.Unlock()

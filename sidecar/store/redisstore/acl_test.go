@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/config"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 )
 
 // aclRules is the least-privilege ACL the README documents: the key

@@ -17,7 +17,6 @@ type breaker struct {
 	threshold  int
 	minBackoff time.Duration
 	maxBackoff time.Duration
-	now        func() time.Time
 	// onChange is called with the new state, outside the lock, each time the
 	// breaker opens or closes (for the gauge and the log).
 	onChange func(open bool, backoff time.Duration)
@@ -47,11 +46,11 @@ const (
 	neutral                // says nothing about Redis (the caller gave up first)
 )
 
-func newBreaker(threshold int, minBackoff, maxBackoff time.Duration, now func() time.Time, onChange func(bool, time.Duration)) *breaker {
+func newBreaker(threshold int, minBackoff, maxBackoff time.Duration, onChange func(bool, time.Duration)) *breaker {
 	if onChange == nil {
 		onChange = func(bool, time.Duration) {}
 	}
-	return &breaker{threshold: threshold, minBackoff: minBackoff, maxBackoff: maxBackoff, now: now, onChange: onChange}
+	return &breaker{threshold: threshold, minBackoff: minBackoff, maxBackoff: maxBackoff, onChange: onChange}
 }
 
 // allow reports whether a call may go to Redis. Every call it allowed must
@@ -64,7 +63,7 @@ func (b *breaker) allow() bool {
 	case closed:
 		return true
 	case open:
-		if b.now().Before(b.openUntil) {
+		if time.Now().Before(b.openUntil) {
 			return false
 		}
 		b.state = halfOpen
@@ -122,7 +121,7 @@ func (b *breaker) trip(d time.Duration) {
 	b.probing = false
 	b.failures = 0
 	b.backoff = max(d, b.minBackoff)
-	b.openUntil = b.now().Add(b.backoff)
+	b.openUntil = time.Now().Add(b.backoff)
 }
 
 // isOpen reports whether calls are being refused or probed.

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Server is one redis-server process.
@@ -34,7 +36,7 @@ type Server struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testkit.SyncBuffer
 	exited chan struct{}
 }
 
@@ -62,17 +64,14 @@ func StartSentinel(t testing.TB, masterName string, master *Server) *Server {
 	}
 	s.args = []string{conf, "--sentinel"}
 	s.startFresh()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("redistest: sentinel on %s to know master %q", s.Addr, masterName), func() error {
 		reply, err := s.Do("SENTINEL", "get-master-addr-by-name", masterName)
-		if err == nil && strings.Contains(reply, strconv.Itoa(master.Port)) {
-			return s
+		if err == nil && !strings.Contains(reply, strconv.Itoa(master.Port)) {
+			err = fmt.Errorf("it answers %q", reply)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: sentinel on %s does not know master %q: %q %v", s.Addr, masterName, reply, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
+	return s
 }
 
 // StartCluster runs a one-node Redis Cluster that owns every slot: a
@@ -88,17 +87,14 @@ func StartCluster(t testing.TB) *Server {
 	if _, err := s.Do("CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
 		t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("redistest: cluster on %s ok", s.Addr), func() error {
 		info, err := s.Do("CLUSTER", "INFO")
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			return s
+		if err == nil && !strings.Contains(info, "cluster_state:ok") {
+			err = fmt.Errorf("CLUSTER INFO %q", info)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster on %s not ok: %q %v", s.Addr, info, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
+	return s
 }
 
 func newServer(t testing.TB, name string, args []string) *Server {
@@ -145,7 +141,7 @@ func (s *Server) start() error {
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning")
 	cmd := exec.Command(s.bin, args...)
-	out := &syncBuffer{}
+	out := &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so Kill also ends the children redis-server
 	// forks (an RDB child for a replica's sync), which would otherwise
@@ -324,22 +320,3 @@ func readReply(r *bufio.Reader, out *[]string) error {
 type replyError string
 
 func (e replyError) Error() string { return string(e) }
-
-// syncBuffer collects the server's output; exec's copying goroutine
-// writes it while the test may read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}

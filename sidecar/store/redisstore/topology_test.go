@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/config"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // A real Sentinel in front of a master and a replica: the store finds the
@@ -17,12 +18,12 @@ func TestSentinelFailover(t *testing.T) {
 	// Full sync at once (the default waits 5s for more replicas).
 	master := redistest.Start(t, "--repl-diskless-sync-delay", "0")
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", itoa(master.Port))
-	eventually(t, 10*time.Second, "replica in sync", func() bool {
+	testkit.Eventually(t, 10*time.Second, "replica in sync", func() bool {
 		info, err := replica.Do("INFO", "replication")
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	})
 	sentinel := redistest.StartSentinel(t, "mymaster", master)
-	eventually(t, 15*time.Second, "sentinel knows the replica", func() bool {
+	testkit.Eventually(t, 15*time.Second, "sentinel knows the replica", func() bool {
 		r, err := sentinel.Do("SENTINEL", "replicas", "mymaster")
 		return err == nil && strings.Contains(r, itoa(replica.Port))
 	})
@@ -44,12 +45,12 @@ func TestSentinelFailover(t *testing.T) {
 	// Replication is asynchronous: a write acknowledged just before the
 	// master dies can be lost with it. Wait for the replica, so the test
 	// checks the store, not that Redis property.
-	eventually(t, 10*time.Second, "binding replicated", func() bool {
+	testkit.Eventually(t, 10*time.Second, "binding replicated", func() bool {
 		pod, _ := replica.Do("HGET", "tether:k", "pod")
 		return pod == "p"
 	})
 	master.Kill()
-	eventually(t, 30*time.Second, "the store writes to the promoted replica", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the store writes to the promoted replica", func() bool {
 		_, err := e.s.Create(ctx, "k2", binding("q", "", 0), time.Minute)
 		return err == nil
 	})

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/session"
-	"github.com/tetherproxy/tether/sidecar/store/redis/redistest"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 )
 
 func benchStore(b *testing.B, c *tripCounter) (*Store, *redistest.Server) {
@@ -19,7 +19,7 @@ func benchStore(b *testing.B, c *tripCounter) (*Store, *redistest.Server) {
 		opts = c.options()
 	}
 	cfg := &config.RedisStore{Address: srv.Addr, Timeout: config.Duration{Duration: time.Second}, KeyPrefix: "tether"}
-	s, err := NewWithOptions(ctx, cfg, opts, nil, nil)
+	s, err := New(ctx, cfg, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

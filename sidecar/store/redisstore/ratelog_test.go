@@ -5,20 +5,22 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
-func TestRateLog(t *testing.T) {
+func TestRateLog(t *testing.T) { synctest.Test(t, testRateLog) }
+
+func testRateLog(t *testing.T) {
 	var buf bytes.Buffer
-	c := newFakeClock()
-	r := &rateLog{log: slog.New(slog.NewTextHandler(&buf, nil)), interval: 5 * time.Second, now: c.now}
+	r := &rateLog{log: slog.New(slog.NewTextHandler(&buf, nil)), interval: 5 * time.Second}
 
 	r.warn("boom", "n", 1)
 	for range 99 {
-		c.add(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 		r.warn("boom")
 	}
-	c.add(5 * time.Second)
+	time.Sleep(5 * time.Second)
 	r.warn("boom", "n", 2)
 
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")

@@ -37,8 +37,14 @@ import (
 // wraps store.ErrUnavailable.
 var ErrBreakerOpen = fmt.Errorf("redis breaker open: %w", store.ErrUnavailable)
 
-// Options tune the failure handling; zero fields take the defaults.
+// Options carry what the config does not: where metrics and logs go, and
+// the failure handling's tuning (zero fields take the defaults).
 type Options struct {
+	// Reg receives the store's metrics; nil: unregistered.
+	Reg prometheus.Registerer
+	// Log receives the store's logs; nil: discarded.
+	Log *slog.Logger
+
 	// BreakerThreshold is how many consecutive failures open the breaker
 	// (default 5).
 	BreakerThreshold int
@@ -93,17 +99,13 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// New connects to Redis as cfg describes, with default Options. See
-// NewWithOptions.
-func New(ctx context.Context, cfg *config.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*Store, error) {
-	return NewWithOptions(ctx, cfg, Options{}, reg, log)
-}
-
-// NewWithOptions connects to Redis and PINGs it, so that a wrong address or
-// password stops the sidecar before it listens, with an error naming the
-// address and the cause.
-func NewWithOptions(ctx context.Context, cfg *config.RedisStore, opts Options, reg prometheus.Registerer, log *slog.Logger) (*Store, error) {
+// New connects to Redis as cfg describes and PINGs it (retrying for
+// StartupTimeout, or until ctx ends), so that a wrong address or password
+// stops the sidecar before it listens, with an error naming the address
+// and the cause.
+func New(ctx context.Context, cfg *config.RedisStore, opts Options) (*Store, error) {
 	opts.setDefaults()
+	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -116,7 +118,7 @@ func NewWithOptions(ctx context.Context, cfg *config.RedisStore, opts Options, r
 		return nil, err
 	}
 	uo.Dialer = opts.dialer
-	m, err := newMetrics(reg)
+	m, err := newMetrics(opts.Reg)
 	if err != nil {
 		return nil, fmt.Errorf("store.redis: metrics: %w", err)
 	}
@@ -136,10 +138,10 @@ func NewWithOptions(ctx context.Context, cfg *config.RedisStore, opts Options, r
 		prefix:  cmp.Or(cfg.KeyPrefix, config.DefaultRedisKeyPrefix) + ":",
 		timeout: uo.ReadTimeout,
 		log:     log,
-		errLog:  &rateLog{log: log, interval: opts.LogInterval, now: time.Now},
+		errLog:  &rateLog{log: log, interval: opts.LogInterval},
 		m:       m,
 	}
-	s.br = newBreaker(opts.BreakerThreshold, opts.BreakerMinBackoff, opts.BreakerMaxBackoff, time.Now, s.breakerChanged)
+	s.br = newBreaker(opts.BreakerThreshold, opts.BreakerMinBackoff, opts.BreakerMaxBackoff, s.breakerChanged)
 	log.Info("redis store connected", "topology", string(TopologyOf(cfg)), "addresses", addrList(cfg), "db", cfg.DB, "timeout", s.timeout)
 	return s, nil
 }

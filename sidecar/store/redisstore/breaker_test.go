@@ -2,21 +2,21 @@ package redisstore
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
-type fakeClock struct{ t time.Time }
+// The breaker's tests run in a synctest bubble: time.Sleep moves the
+// fake clock the breaker reads, exactly and at once.
 
-func (c *fakeClock) now() time.Time      { return c.t }
-func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
-func newFakeClock() *fakeClock           { return &fakeClock{t: time.Unix(1_000_000, 0)} }
-func (c *fakeClock) breaker(n int) *breaker {
-	return newBreaker(n, time.Second, 30*time.Second, c.now, nil)
-}
+func testBreaker(n int) *breaker { return newBreaker(n, time.Second, 30*time.Second, nil) }
 
 func TestBreakerOpensAfterThresholdConsecutiveFailures(t *testing.T) {
-	c := newFakeClock()
-	b := c.breaker(3)
+	synctest.Test(t, testBreakerOpensAfterThresholdConsecutiveFailures)
+}
+
+func testBreakerOpensAfterThresholdConsecutiveFailures(t *testing.T) {
+	b := testBreaker(3)
 	for i := range 2 {
 		if !b.allow() {
 			t.Fatalf("call %d refused before the threshold", i)
@@ -42,17 +42,18 @@ func TestBreakerOpensAfterThresholdConsecutiveFailures(t *testing.T) {
 	}
 }
 
-func TestBreakerHalfOpenLetsOneProbe(t *testing.T) {
-	c := newFakeClock()
-	b := c.breaker(1)
+func TestBreakerHalfOpenLetsOneProbe(t *testing.T) { synctest.Test(t, testBreakerHalfOpenLetsOneProbe) }
+
+func testBreakerHalfOpenLetsOneProbe(t *testing.T) {
+	b := testBreaker(1)
 	b.allow()
 	b.done(failure)
 
-	c.add(999 * time.Millisecond)
+	time.Sleep(999 * time.Millisecond)
 	if b.allow() {
 		t.Fatal("allowed before the backoff passed")
 	}
-	c.add(time.Millisecond)
+	time.Sleep(time.Millisecond)
 	if !b.allow() {
 		t.Fatal("probe refused after the backoff")
 	}
@@ -72,8 +73,11 @@ func TestBreakerHalfOpenLetsOneProbe(t *testing.T) {
 }
 
 func TestBreakerBackoffDoublesToMaxAndResets(t *testing.T) {
-	c := newFakeClock()
-	b := c.breaker(1)
+	synctest.Test(t, testBreakerBackoffDoublesToMaxAndResets)
+}
+
+func testBreakerBackoffDoublesToMaxAndResets(t *testing.T) {
+	b := testBreaker(1)
 	b.allow()
 	b.done(failure)
 
@@ -83,17 +87,17 @@ func TestBreakerBackoffDoublesToMaxAndResets(t *testing.T) {
 		if b.backoff != w {
 			t.Fatalf("opening %d: backoff %s, want %s", i, b.backoff, w)
 		}
-		c.add(w - time.Nanosecond)
+		time.Sleep(w - time.Nanosecond)
 		if b.allow() {
 			t.Fatalf("opening %d: allowed before %s", i, w)
 		}
-		c.add(time.Nanosecond)
+		time.Sleep(time.Nanosecond)
 		if !b.allow() {
 			t.Fatalf("opening %d: probe refused at %s", i, w)
 		}
 		b.done(failure)
 	}
-	c.add(30 * time.Second)
+	time.Sleep(30 * time.Second)
 	b.allow()
 	b.done(success)
 	b.allow()
@@ -104,11 +108,14 @@ func TestBreakerBackoffDoublesToMaxAndResets(t *testing.T) {
 }
 
 func TestBreakerNeutralProbeReleasesHalfOpen(t *testing.T) {
-	c := newFakeClock()
-	b := c.breaker(1)
+	synctest.Test(t, testBreakerNeutralProbeReleasesHalfOpen)
+}
+
+func testBreakerNeutralProbeReleasesHalfOpen(t *testing.T) {
+	b := testBreaker(1)
 	b.allow()
 	b.done(failure)
-	c.add(time.Second)
+	time.Sleep(time.Second)
 	if !b.allow() {
 		t.Fatal("probe refused")
 	}
@@ -123,8 +130,11 @@ func TestBreakerNeutralProbeReleasesHalfOpen(t *testing.T) {
 }
 
 func TestBreakerNeutralDoesNotCountWhileClosed(t *testing.T) {
-	c := newFakeClock()
-	b := c.breaker(2)
+	synctest.Test(t, testBreakerNeutralDoesNotCountWhileClosed)
+}
+
+func testBreakerNeutralDoesNotCountWhileClosed(t *testing.T) {
+	b := testBreaker(2)
 	for range 10 {
 		b.allow()
 		b.done(neutral)
@@ -136,9 +146,10 @@ func TestBreakerNeutralDoesNotCountWhileClosed(t *testing.T) {
 	}
 }
 
-func TestBreakerLateOutcomes(t *testing.T) {
-	c := newFakeClock()
-	b := c.breaker(2)
+func TestBreakerLateOutcomes(t *testing.T) { synctest.Test(t, testBreakerLateOutcomes) }
+
+func testBreakerLateOutcomes(t *testing.T) {
+	b := testBreaker(2)
 	// Two calls in flight while closed; both fail, then a third in-flight
 	// call fails late while the breaker is already open.
 	b.allow()
@@ -147,7 +158,7 @@ func TestBreakerLateOutcomes(t *testing.T) {
 	b.done(failure)
 	b.done(failure)
 	openUntil := b.openUntil
-	c.add(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
 	b.done(failure)
 	if b.openUntil != openUntil {
 		t.Fatal("a late failure extended the opening")
@@ -159,16 +170,17 @@ func TestBreakerLateOutcomes(t *testing.T) {
 	}
 }
 
-func TestBreakerOnChange(t *testing.T) {
-	c := newFakeClock()
+func TestBreakerOnChange(t *testing.T) { synctest.Test(t, testBreakerOnChange) }
+
+func testBreakerOnChange(t *testing.T) {
 	var events []bool
-	b := newBreaker(1, time.Second, 30*time.Second, c.now, func(open bool, _ time.Duration) { events = append(events, open) })
+	b := newBreaker(1, time.Second, 30*time.Second, func(open bool, _ time.Duration) { events = append(events, open) })
 	b.allow()
 	b.done(failure) // open
-	c.add(time.Second)
+	time.Sleep(time.Second)
 	b.allow()
 	b.done(failure) // reopen: no event, still open
-	c.add(2 * time.Second)
+	time.Sleep(2 * time.Second)
 	b.allow()
 	b.done(success) // close
 	b.allow()

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/jwtauth"
+	"github.com/tetherproxy/tether/sidecar/lifecycle"
+	"github.com/tetherproxy/tether/sidecar/loadscrape"
+	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/proxy"
+	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/session"
+	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/token"
+)
+
+// poolDeps are the parts every pool shares.
+type poolDeps struct {
+	deps    Deps
+	store   store.Store
+	claims  *jwtauth.Verifier
+	failed  *resolve.FailSet
+	metrics *metrics.Metrics
+	scrapes *http.Client
+}
+
+// newPool wires one pool: its discovery, load scraping, balancer, session
+// tokens, key extractor and resolver; its long-running parts join
+// s.background.
+func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
+	log := s.log.With("pool", pc.Name)
+	src, err := newSource(pc, sh.deps, s.reg, s.log)
+	if err != nil {
+		return proxy.Pool{}, err
+	}
+	s.sources[pc.Name] = src
+	s.background = append(s.background, lifecycle.Part{Name: "discovery of " + pc.Name, Run: src.Run})
+	var balOpts []balance.Option
+	var load resolve.LoadReader
+	if lc := pc.Load(); lc != nil {
+		sc := loadscrape.New(loadscrape.Options{
+			Pool: pc.Name, Config: *lc, Backends: src, Client: sh.scrapes, Reg: s.reg, Log: log,
+		})
+		s.background = append(s.background, lifecycle.Part{Name: "load scrapes of " + pc.Name, Run: sc.Run})
+		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
+		load = sc
+	}
+	bal := balance.New(balOpts...)
+	var claims session.ClaimReader
+	if sh.claims != nil {
+		claims = sh.claims // never a typed nil in the interface
+	}
+	ro := resolve.Options{
+		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
+		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
+		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load,
+	}
+	var extractOpts []session.Option
+	if tc := pc.SessionToken; tc != nil {
+		codec, err := token.New(pc.Name, tc)
+		if err != nil {
+			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
+		}
+		extractOpts = append(extractOpts, session.WithTokens(codec))
+		ro.Tokens = codec
+	}
+	ro.Keys = session.NewExtractor(pc.SessionSticky.Sources, claims, extractOpts...)
+	return proxy.Pool{
+		Name: pc.Name, Models: pc.Models, Resolver: resolve.New(ro), Balancer: bal,
+		PrefillHeader: pc.Backends.PrefillHeader, StripHeaders: pc.RoutingHeaders(),
+	}, nil
+}
