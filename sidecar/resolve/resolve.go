@@ -262,9 +262,9 @@ func (r *Resolver) rebind(ctx context.Context, set *discovery.Set, d *Decision, 
 	if reason == ReasonOverload {
 		r.m.broken().Inc()
 		d.avoid = old.Pod
-		return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, Broken)
+		return r.bind(ctx, set, d, store.Binding{Gen: store.NextGeneration(old.Gen)}, Broken)
 	}
-	return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, Rebind)
+	return r.bind(ctx, set, d, store.Binding{Gen: store.NextGeneration(old.Gen)}, Rebind)
 }
 
 // overloaded is soft affinity's test of a pin on be, placed at since:

@@ -79,9 +79,10 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	}()
 
 	st := deps.Store
+	limits := &ringLimits{}
 	if st == nil {
 		var err error
-		if st, err = newStore(ctx, cfg, deps, s.reg, log); err != nil {
+		if st, err = newStore(ctx, cfg, deps, limits, s.reg, log); err != nil {
 			return nil, err
 		}
 	}
@@ -122,6 +123,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 		Allowed:               s.discovered,
 	})
 	s.closers = append(s.closers, transport.CloseIdleConnections)
+	var lpools []limitPool
 	for _, l := range cfg.Listeners() {
 		var pools []proxy.Pool
 		var names []string
@@ -132,6 +134,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			}
 			pools = append(pools, pp)
 			names = append(names, pp.Name)
+			lpools = append(lpools, limitPool{ttl: cfg.Pools[i].SessionSticky.TTL(), src: s.sources[pp.Name]})
 		}
 		h := proxy.New(proxy.Options{
 			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
@@ -146,6 +149,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}})
 	}
+	limits.publish(lpools)
 	s.admin = &listener{srv: &http.Server{Addr: cfg.Admin, Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}}
 	ok = true
 	return s, nil

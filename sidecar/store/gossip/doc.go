@@ -2,10 +2,13 @@
 // hashicorp/memberlist ring, without Redis.
 //
 // Every replica holds every binding in a bounded local map (maxEntries;
-// when full, the binding that expires first among a random sample is
-// evicted, an approximate LRU). Reads never leave the process. Changes
-// travel as deltas; memberlist provides membership, failure detection,
-// the transport and encryption.
+// when full, a binding this replica never served goes first, then the one
+// that expires first among a random sample: an approximate LRU). Reads
+// never leave the process. Changes travel as deltas; memberlist provides
+// membership, failure detection, the transport and encryption. Every
+// record from the ring is held to this replica's own limits (trust.go):
+// generations are bounded, backends must be ones its pools list, and
+// expiries are clamped to the pool's TTL.
 //
 // # Conflict rule
 //

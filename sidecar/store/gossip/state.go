@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tetherproxy/tether/sidecar/store"
 )
 
 // The local state: a bounded map from key to entry, split into shards so
@@ -17,6 +19,10 @@ import (
 const (
 	flagTomb  = 1 << iota // the binding was deleted (compare-and-delete)
 	flagDirty             // the key waits in shard.dirty for a refresh announcement
+	// flagLocal: this replica created or served the session. Eviction
+	// takes entries without it first, so records from the ring (a flood
+	// of them included) never push out the sessions this replica serves.
+	flagLocal
 )
 
 // announceTick is the resolution of entry.announced.
@@ -28,6 +34,9 @@ const (
 	maxShards       = 64
 	minShardEntries = 4096 // per shard at maxEntries
 	evictSample     = 8
+	// evictScan bounds how far eviction looks past its sample for an
+	// entry this replica never served.
+	evictScan = 64
 )
 
 type entry struct {
@@ -102,6 +111,7 @@ func (s *state) lookup(k key, now, ttl int64, refresh bool) (value, bool) {
 		return value{}, false
 	}
 	if refresh {
+		e.flags |= flagLocal
 		e.expires = max(e.expires, now+ttl)
 		if e.flags&flagDirty == 0 && e.expires-s.fromTicks(e.announced) >= ttl/4 {
 			e.flags |= flagDirty
@@ -125,11 +135,11 @@ func (s *state) create(k key, v value, now, ttl int64) (value, bool) {
 		return sh.value(e), false
 	}
 	if ok && e.flags&flagTomb != 0 && e.gen >= v.Gen {
-		v.Gen = e.gen + 1
+		v.Gen = store.NextGeneration(e.gen)
 	}
 	v.Tomb = false
 	v.Expires = now + ttl
-	s.put(sh, k, v, now)
+	s.put(sh, k, v, true)
 	return v, true
 }
 
@@ -145,7 +155,7 @@ func (s *state) compareAndDelete(k key, gen uint64, pod, prefill string, now, gr
 		sh.names.name(e.pod) != pod || sh.names.name(e.prefill) != prefill {
 		return value{}, false
 	}
-	e.flags = flagTomb
+	e.flags = flagTomb | e.flags&flagLocal
 	e.expires = now + 2*(e.expires-now) + grace
 	e.announced = s.ticks(e.expires)
 	sh.m[k] = e
@@ -176,7 +186,7 @@ func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 	defer sh.mu.Unlock()
 	e, ok := sh.m[k]
 	if !ok || e.expires <= now {
-		s.put(sh, k, in, now)
+		s.put(sh, k, in, false)
 		return applyAdopted, value{}
 	}
 	cur := sh.value(e)
@@ -187,7 +197,7 @@ func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 	case won == cur:
 		return applyRejected, cur
 	case !sameIdentity(won, cur):
-		s.put(sh, k, won, now)
+		s.put(sh, k, won, false)
 		return applyReplaced, value{}
 	}
 	// The same binding with a later expiry: a refresh.
@@ -198,16 +208,19 @@ func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 }
 
 // put stores v under k, replacing whatever is there (the caller holds the
-// lock and has decided v wins). A new key past maxEntries evicts one entry
-// of this shard: the bound is global, exceeded at most by one entry per
-// shard that happened to be empty. The ring already knows v's expiry (v was
-// just broadcast or received).
-func (s *state) put(sh *shard, k key, v value, now int64) {
+// lock and has decided v wins). local says this replica created it; a
+// session this replica served stays marked as such whatever replaces its
+// binding. A new key past maxEntries evicts one entry of this shard: the
+// bound is global, exceeded at most by one entry per shard that happened
+// to be empty. The ring already knows v's expiry (v was just broadcast or
+// received).
+func (s *state) put(sh *shard, k key, v value, local bool) {
 	if old, ok := sh.m[k]; ok {
 		sh.drop(old)
 		if old.flags&flagTomb == 0 {
 			s.live.Add(-1)
 		}
+		local = local || old.flags&flagLocal != 0
 	} else {
 		if s.count.Load() >= s.max {
 			s.evict(sh)
@@ -227,13 +240,22 @@ func (s *state) put(sh *shard, k key, v value, now int64) {
 	} else {
 		s.live.Add(1)
 	}
+	if local {
+		e.flags |= flagLocal
+	}
 	sh.m[k] = e
 }
 
-// evict removes the entry that expires first among a few sampled ones
-// (Go map iteration starts at a random slot): an approximate LRU, since a
-// sliding expiry is last use plus TTL, without a list through every entry.
-// Expired entries and tombstones near their end go first.
+// evict removes one entry among a few sampled ones (Go map iteration
+// starts at a random slot), without a list through every entry:
+//
+//   - first one this replica never served (no flagLocal), looking up to
+//     evictScan entries for it: a flood of records from the ring, forged or
+//     not, evicts other such records, never the sessions served here;
+//   - then the one that expires first. Expiries from the ring are clamped
+//     to the pool's TTL (trust.go), so a sliding expiry is last use plus
+//     at most the TTL, and this is an approximate LRU: a record cannot buy
+//     itself a long life with a long expiry.
 func (s *state) evict(sh *shard) {
 	var (
 		victim key
@@ -241,10 +263,10 @@ func (s *state) evict(sh *shard) {
 		n      int
 	)
 	for k, e := range sh.m {
-		if n == 0 || e.expires < best.expires {
+		if n == 0 || evictsBefore(e, best) {
 			victim, best = k, e
 		}
-		if n++; n == evictSample {
+		if n++; n >= evictSample && (best.flags&flagLocal == 0 || n >= evictScan) {
 			break
 		}
 	}
@@ -258,6 +280,15 @@ func (s *state) evict(sh *shard) {
 		s.live.Add(-1)
 	}
 	s.evicted.Add(1)
+}
+
+// evictsBefore orders eviction candidates: entries never served here
+// first, then the earlier expiry.
+func evictsBefore(a, b entry) bool {
+	if al, bl := a.flags&flagLocal != 0, b.flags&flagLocal != 0; al != bl {
+		return bl
+	}
+	return a.expires < b.expires
 }
 
 // sweep drops every entry whose expiry has passed on this replica's clock,
