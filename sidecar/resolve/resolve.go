@@ -64,7 +64,7 @@ type Decision struct {
 	Prefill discovery.Backend
 	Outcome Outcome
 	Source  config.SourceType // the source type that yielded the key; "" without key
-	KeyHash string            // short hash of the key for logs; never the key
+	KeyHash string            // the store key (a hash of pool and key) for logs and /debug/bindings; never the key
 	// StoreError is set when the store failed and stickiness was skipped.
 	StoreError bool
 	// Since is when the session was placed on Backend (the binding's or
@@ -101,6 +101,9 @@ type Options struct {
 	Affinity Affinity
 	// Load reports scraped queue lengths (soft affinity); nil without scraping.
 	Load LoadReader
+	// StoreKeys turns session keys into store keys; nil: unkeyed SHA-256
+	// (session.StoreKey).
+	StoreKeys *session.KeyHasher
 	// Tokens signs the session tokens every decision carries; nil when
 	// the pool has no session tokens. (Keys routes by the tokens of
 	// requests, verified once, by the same codec.)
@@ -196,9 +199,9 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 	if key.Value == "" {
 		return r.unsticky(set, &Decision{})
 	}
-	// One hash serves the store and the log (its first 12 hex digits).
-	sk := session.StoreKey(r.o.Pool, key.Value)
-	d := &Decision{Source: key.Source, KeyHash: sk[:session.ShortHashLen]}
+	// One hash serves the store, the log and /debug/bindings?keyHash=.
+	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
+	d := &Decision{Source: key.Source, KeyHash: sk}
 	if key.Source == config.SourceToken {
 		return r.fromToken(set, d, key.Token)
 	}
