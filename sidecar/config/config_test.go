@@ -288,6 +288,7 @@ func TestValidation(t *testing.T) {
 		{"token header", doc("", pool("sessionToken: {keyFile: k, header: \"a b\"}")), `pools[0].sessionToken.header: "a b" is not a valid HTTP header name`},
 		{"token key", doc("", pool("sessionToken: {}")), `pools[0].sessionToken.keyFile: required`},
 		{"Token without sessionToken", doc("", pool("sessionSticky: {sources: [{type: Token, name: x-session-token}]}")), `pools[0].sessionSticky.sources[0].type: a Token source needs the pool's sessionToken block`},
+		{"Token alone", doc("", pool("sessionSticky: {sources: [{type: Token, name: x-session-token}]}", "sessionToken: {keyFile: k}")), `pools[0].sessionSticky.sources: a Token source needs another source that names the session (Header, Query, Cookie or JWTClaim): tokens are issued only to requests with a session key`},
 		{"Token header name", doc("", pool("sessionSticky: {sources: [{type: Token, name: \"a b\"}]}", "sessionToken: {keyFile: k}")), `pools[0].sessionSticky.sources[0].name: "a b" is not a valid HTTP header name`},
 		{"shared listen needs models", doc("", pool("name: a"), pool("name: b", "models: [m]")), `pools[0].models: required when several pools share listen 127.0.0.1:17001`},
 		{"model served twice", doc("", pool("name: a", "models: [m1, m2]"), pool("name: b", "models: [m2]")), `pools[1].models: model "m2" is also served by pools[0] on listen 127.0.0.1:17001`},

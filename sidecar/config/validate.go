@@ -265,10 +265,20 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	if p.SessionToken != nil {
 		p.SessionToken.validate(e, f+".sessionToken")
 	}
+	tokens, others := 0, 0
 	for i, s := range p.SessionSticky.Sources {
-		if s.Type == SourceToken && p.SessionToken == nil {
-			e.add(fmt.Sprintf("%s.sessionSticky.sources[%d].type", f, i), "a Token source needs the pool's sessionToken block (keys to verify tokens)")
+		if s.Type == SourceToken {
+			tokens++
+			if p.SessionToken == nil {
+				e.add(fmt.Sprintf("%s.sessionSticky.sources[%d].type", f, i), "a Token source needs the pool's sessionToken block (keys to verify tokens)")
+			}
+		} else {
+			others++
 		}
+	}
+	if tokens > 0 && others == 0 {
+		e.add(f+".sessionSticky.sources", "a Token source needs another source that names the session (Header, Query, Cookie or JWTClaim): "+
+			"tokens are issued only to requests with a session key, so a session's first turn needs one")
 	}
 }
 

@@ -241,10 +241,12 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision) (*Decision, error) {
 }
 
 // withTokens makes a decision carry the session tokens of its placement:
-// the backend (and prefill backend) it goes to, placed at d.Since.
+// the backend (and prefill backend) it goes to, placed at d.Since, valid
+// for the pool's TTL from now. Only a request with a session key (a token
+// included) gets one: a keyless request has no session to keep.
 func (r *Resolver) withTokens(d *Decision, err error) (*Decision, error) {
 	c := r.o.Tokens
-	if err != nil || c == nil || d.Backend.ID == "" {
+	if err != nil || c == nil || d.Backend.ID == "" || d.Source == "" {
 		return d, err
 	}
 	d.Tokens = append(make([]Header, 0, 2), Header{c.Header(), c.Sign(d.Backend.ID, d.Prefill.ID, d.Since)})

@@ -73,7 +73,7 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	}
 	var extractOpts []session.Option
 	if tc := pc.SessionToken; tc != nil {
-		codec, err := token.New(pc.Name, tc)
+		codec, err := token.New(pc.Name, pc.SessionSticky.TTL(), tc)
 		if err != nil {
 			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
 		}
