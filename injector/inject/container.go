@@ -93,6 +93,7 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 		{pl.gossipKeySecret, volGossip, GossipKeyDir},
 		{pl.jwtSecret, volJWT, JWTDir},
 		{pl.tokenSecret, volToken, SessionTokenDir},
+		{pl.storeKeySecret, volStore, StoreKeyDir},
 	} {
 		if m.secret != "" {
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: m.vol, MountPath: m.dir, ReadOnly: true})
@@ -137,6 +138,9 @@ func sidecarVolumes(pl *plan) []corev1.Volume {
 		// The whole Secret: a ConfigMap config may also name its
 		// previous key (previousKeyFile) while the key is rotated.
 		vs = append(vs, secret(volToken, pl.tokenSecret))
+	}
+	if pl.storeKeySecret != "" {
+		vs = append(vs, secret(volStore, pl.storeKeySecret, StoreKeyKey))
 	}
 	return vs
 }

@@ -108,6 +108,18 @@ func goldenCases() []goldenCase {
 			inject.AnnotationRedisUsername:       "tether",
 			inject.AnnotationRedisTLS:            "true",
 		}},
+		{name: "redis-store-key-and-degraded-start", input: "router", set: map[string]string{
+			inject.AnnotationStore:                 "redis",
+			inject.AnnotationRedisAddress:          "redis.llm.svc:6379",
+			inject.AnnotationStoreKeySecret:        "router-store-key",
+			inject.AnnotationRedisRequireAtStartup: "false",
+			inject.AnnotationDebugPort:             "17031",
+		}},
+		{name: "gossip-ready-without-peers", input: "router", set: map[string]string{
+			inject.AnnotationStore:                  "gossip",
+			inject.AnnotationGossipKeySecret:        "router-gossip",
+			inject.AnnotationGossipRequireAtStartup: "false",
+		}},
 		{name: "redis-chart-defaults", input: "router", opts: func(o *inject.Options) {
 			o.Store, o.RedisAddress, o.RedisPasswordSecret = "redis", "redis.tether-system.svc:6379", "tether-redis"
 			o.RedisUsername, o.RedisTLS = "tether", true
@@ -279,6 +291,9 @@ func goldenCases() []goldenCase {
 			inject.AnnotationSessionTokenSecret: "router-token"}},
 		{name: "invalid-session-token-secret-name", input: "router", set: map[string]string{
 			inject.AnnotationSources: "Token:x-session-token", inject.AnnotationSessionTokenSecret: "Router_Token"}},
+		{name: "invalid-require-at-startup", input: "router", set: map[string]string{
+			inject.AnnotationRedisRequireAtStartup: "no", inject.AnnotationGossipRequireAtStartup: "false"}},
+		{name: "invalid-debug-port-taken", input: "router", set: map[string]string{inject.AnnotationDebugPort: "17020"}},
 		{name: "invalid-several-at-once", input: "router", set: map[string]string{
 			inject.AnnotationTTL: "0s", inject.AnnotationBackendPort: "0", inject.AnnotationStore: "disk"}},
 	}

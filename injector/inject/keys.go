@@ -37,6 +37,8 @@ const (
 	AnnotationListenPort      = Prefix + "listen-port"
 	AnnotationAdminPort       = Prefix + "admin-port"
 	AnnotationGossipPort      = Prefix + "gossip-port"
+	// AnnotationDebugPort moves the loopback debug listener (/debug/*).
+	AnnotationDebugPort = Prefix + "debug-port"
 
 	AnnotationStore               = Prefix + "store"
 	AnnotationRedisAddress        = Prefix + "redis-address"
@@ -44,6 +46,16 @@ const (
 	AnnotationRedisUsername       = Prefix + "redis-username"
 	AnnotationRedisTLS            = Prefix + "redis-tls"
 	AnnotationGossipKeySecret     = Prefix + "gossip-key-secret"
+	// AnnotationStoreKeySecret names a Secret (key "key") whose content
+	// keys the store keys (store.keySecretFile): an HMAC instead of a
+	// plain hash. Gossip pods use their gossip key Secret without it.
+	AnnotationStoreKeySecret = Prefix + "store-key-secret"
+	// AnnotationRedisRequireAtStartup "false" starts a Redis pod degraded
+	// (unsticky, ready) while Redis is unreachable, instead of failing.
+	AnnotationRedisRequireAtStartup = Prefix + "redis-require-at-startup"
+	// AnnotationGossipRequireAtStartup "false" makes a gossip pod ready
+	// without waiting for the ring's state.
+	AnnotationGossipRequireAtStartup = Prefix + "gossip-require-at-startup"
 
 	AnnotationJWTSecret     = Prefix + "jwt-secret"
 	AnnotationJWTAlgorithms = Prefix + "jwt-algorithms"
@@ -90,8 +102,8 @@ var poolKeys = []string{
 	AnnotationPool, AnnotationSources, AnnotationTTL,
 	AnnotationBackendSelector, AnnotationBackendPort,
 	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel,
-	AnnotationAffinity, AnnotationListenPort, AnnotationRedisAddress,
-	AnnotationRedisUsername, AnnotationRedisTLS,
+	AnnotationAffinity, AnnotationListenPort, AnnotationDebugPort, AnnotationRedisAddress,
+	AnnotationRedisUsername, AnnotationRedisTLS, AnnotationRedisRequireAtStartup, AnnotationGossipRequireAtStartup,
 	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience,
 }
 
@@ -111,6 +123,8 @@ const (
 	JWTPublicKeyKey     = "public.pem"
 	SessionTokenDir     = SecretsDir + "/session-token"
 	SessionTokenKey     = "key"
+	StoreKeyDir         = SecretsDir + "/store-key"
+	StoreKeyKey         = "key"
 	serviceAccountMount = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
@@ -123,6 +137,7 @@ const (
 	Binary            = "/tether-sidecar"
 	AdminPort         = config.DefaultAdminPort
 	AdminPortName     = "tether-admin"
+	DebugPort         = config.DefaultDebugPort
 	GossipPort        = config.DefaultGossipPort
 	GossipPortName    = "tether-gossip"
 	GossipUDPPortName = "tether-gossip-u"
@@ -158,4 +173,5 @@ const (
 	volGossip = "tether-gossip-key"
 	volJWT    = "tether-jwt"
 	volToken  = "tether-session-token"
+	volStore  = "tether-store-key"
 )
