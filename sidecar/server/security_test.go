@@ -19,6 +19,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/server"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
@@ -375,4 +376,39 @@ func TestSlowBodyFloodMemory(t *testing.T) {
 	if inUse > 100<<20 {
 		t.Fatalf("%d slow-body connections hold %d MiB (heap and stacks), want < 100 MiB", conns, inUse>>20)
 	}
+}
+
+// Issue 9: with store.redis.requireAtStartup: false a sidecar whose Redis
+// is down starts and is ready at once, serves without stickiness (the
+// breaker gauge says so), and is sticky again once a real redis-server
+// comes up, without a restart.
+func TestRedisDownAtStartup(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	bs := startBackends(t, 3)
+	sc := startSidecar(t, configFor("default/m", addrs(bs), `[{type: Header, name: X-Session-ID}]`,
+		fmt.Sprintf("store: {backend: redis, redis: {address: %q, requireAtStartup: false}}", srv.Addr)))
+	reg := sc.srv.Registry()
+	if v := testkit.Metric(t, reg, "tether_store_breaker_open", "backend", "redis"); v != 1 {
+		t.Fatalf("tether_store_breaker_open = %v while Redis is down", v)
+	}
+	url := sc.url("default/m", "/v1/chat/completions")
+	set := func(r *http.Request) { r.Header.Set("X-Session-ID", "s") }
+	if r := chat(t, url, conversation(1), set); r.status != 200 {
+		t.Fatalf("degraded request: %d %s", r.status, r.body)
+	}
+	if v := testkit.Metric(t, reg, "tether_store_fallbacks_total", "pool", "default/m", "op", "lookup"); v != 1 {
+		t.Fatalf("%v store fallbacks, want 1", v)
+	}
+
+	srv.Restart()
+	testkit.Eventually(t, 15*time.Second, "stickiness to resume", func() error {
+		first := chat(t, url, conversation(1), set)
+		second := chat(t, url, conversation(2), set)
+		hits, err := testkit.FindMetric(reg, "tether_session_lookups_total", "pool", "default/m", "result", "hit")
+		if err != nil || hits == 0 || first.backend != second.backend {
+			return fmt.Errorf("%v hits (%v); turns went to %s and %s", hits, err, first.backend, second.backend)
+		}
+		return nil
+	})
 }

@@ -374,9 +374,16 @@ func (s *Server) watchReady(ctx context.Context) error {
 
 // synced: every pool's discovery has its first complete view, and a store
 // that receives state from peers (gossip) has it, so a new replica never
-// serves turns of sessions the ring already knows as new ones.
+// serves turns of sessions the ring already knows as new ones; unless
+// store.gossip.requireAtStartup is false, which makes a replica ready
+// without the ring's state (it pulls it in the background, and sessions
+// it binds meanwhile settle by the conflict rule).
 func (s *Server) synced() bool {
-	if st, ok := s.store.(interface{ Synced() bool }); ok && !st.Synced() {
+	waitStore := true
+	if g := s.cfg.Store.Gossip; s.cfg.Store.Backend == config.StoreGossip && g != nil {
+		waitStore = g.Required()
+	}
+	if st, ok := s.store.(interface{ Synced() bool }); ok && waitStore && !st.Synced() {
 		return false
 	}
 	for _, src := range s.sources {

@@ -47,7 +47,9 @@ func (l *fakeLimits) Synced() bool { return l.synced.Load() }
 
 func withLimits(l Limits) nodeOpt { return func(_ *config.GossipStore, o *Options) { o.Limits = l } }
 
-func withMaxEntries(n int) nodeOpt { return func(c *config.GossipStore, _ *Options) { c.MaxEntries = n } }
+func withMaxEntries(n int) nodeOpt {
+	return func(c *config.GossipStore, _ *Options) { c.MaxEntries = n }
+}
 
 // memberlistUserMsg is memberlist's message type of a delegate's user
 // message (its messageType userMsg): the first byte of an unencrypted
