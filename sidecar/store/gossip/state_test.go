@@ -105,7 +105,7 @@ func TestStateSweepAndEvict(t *testing.T) {
 	for i := range 300 {
 		st.create(k(i), value{Created: int64(i), Pod: fmt.Sprint("pod-", i%7)}, int64(i), 1000)
 	}
-	if n := len(st.shards[0].m); n != 100 || st.len() != 100 {
+	if n := st.shards[0].t.Len(); n != 100 || st.len() != 100 {
 		t.Fatalf("bound: %d entries, len %d; want 100", n, st.len())
 	}
 	if st.evicted.Load() != 200 {
@@ -117,8 +117,8 @@ func TestStateSweepAndEvict(t *testing.T) {
 	}
 	st.sweep(1e9)
 	sh := &st.shards[0]
-	if len(sh.m) != 0 || len(sh.names.ids) != 0 || st.len() != 0 {
-		t.Fatalf("after sweeping everything: %d entries, %d interned names, len %d", len(sh.m), len(sh.names.ids), st.len())
+	if sh.t.Len() != 0 || sh.names.Len() != 0 || st.len() != 0 {
+		t.Fatalf("after sweeping everything: %d entries, %d interned names, len %d", sh.t.Len(), sh.names.Len(), st.len())
 	}
 }
 
