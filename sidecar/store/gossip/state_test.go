@@ -138,3 +138,33 @@ func TestStateShards(t *testing.T) {
 		t.Fatalf("%d entries for maxEntries 20000 over %d shards", n, len(st.shards))
 	}
 }
+
+// TestStateEvictsByLocalUse: eviction follows local use, not expiry: a
+// binding with a far expiry gets no protection from it, and values merged
+// from peers go before bindings this replica uses.
+func TestStateEvictsByLocalUse(t *testing.T) {
+	st := newState(2, 0)
+	st.create(k(1), value{Pod: "far"}, 0, maxTTL)
+	st.create(k(2), value{Pod: "near"}, 0, 1000)
+	st.lookup(k(2), 10, 1000, true)
+	st.create(k(3), value{Pod: "new"}, 20, 1000)
+	if _, ok := st.lookup(k(1), 30, 0, false); ok {
+		t.Fatal("the binding with the far expiry was kept over the one in use")
+	}
+	if _, ok := st.lookup(k(2), 30, 0, false); !ok {
+		t.Fatal("the binding in use was evicted")
+	}
+
+	st = newState(2, 0)
+	st.create(k(1), value{Pod: "local"}, 0, 1000)
+	st.apply(k(2), value{Pod: "remote", Expires: maxTTL}, 0)
+	st.create(k(3), value{Pod: "new"}, 10, 1000)
+	if _, ok := st.lookup(k(2), 20, 0, false); ok {
+		t.Fatal("a value merged from a peer was kept over a local binding")
+	}
+	for _, i := range []int{1, 3} {
+		if _, ok := st.lookup(k(i), 20, 0, false); !ok {
+			t.Fatalf("local binding %d evicted", i)
+		}
+	}
+}

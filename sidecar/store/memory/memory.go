@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/binary"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -101,6 +102,14 @@ func (s *Store) shardOf(key string) (*shard, table.Key) {
 // now is the store's clock: nanoseconds since base, monotonic.
 func (s *Store) now() int64 { return int64(time.Since(s.base)) }
 
+// expiry is now+ttl, saturated instead of wrapping into the past.
+func expiry(now int64, ttl time.Duration) int64 {
+	if int64(ttl) > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + int64(ttl)
+}
+
 // Lookup returns the live binding and slides its expiry to now+ttl.
 func (s *Store) Lookup(_ context.Context, key string, ttl time.Duration) (store.Binding, bool, error) {
 	sh, k := s.shardOf(key)
@@ -111,7 +120,7 @@ func (s *Store) Lookup(_ context.Context, key string, ttl time.Duration) (store.
 	if e == nil {
 		return store.Binding{}, false, nil
 	}
-	e.expires = now + int64(ttl)
+	e.expires = expiry(now, ttl)
 	return s.binding(sh, e), true, nil
 }
 
@@ -131,7 +140,7 @@ func (s *Store) Create(_ context.Context, key string, b store.Binding, ttl time.
 		}
 		sh.release(old)
 	}
-	e := entry{expires: now + int64(ttl), gen: b.Gen,
+	e := entry{expires: expiry(now, ttl), gen: b.Gen,
 		pod: sh.names.Intern(b.Pod), prefill: sh.names.Intern(b.PrefillPod)}
 	if !b.Created.IsZero() {
 		e.created = b.Created.UnixNano()

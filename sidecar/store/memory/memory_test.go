@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -294,4 +295,12 @@ func BenchmarkLookupRefresh(b *testing.B) {
 			i++
 		}
 	})
+}
+
+func TestHugeTTLDoesNotWrap(t *testing.T) {
+	s := newStore(t, 10)
+	s.Create(ctx, "k", store.Binding{Pod: "a"}, time.Duration(math.MaxInt64))
+	if _, ok, _ := s.Lookup(ctx, "k", time.Duration(math.MaxInt64)); !ok {
+		t.Fatal("a binding with the largest TTL expired at once")
+	}
 }

@@ -148,10 +148,9 @@ func (t *Table[V]) Evict(dead func(*V) bool) (Key, V, bool) {
 }
 
 // Range calls f for every entry, in slot order, and removes those for
-// which f returns false. f must not call the table. After removals the
-// table shrinks if it is mostly empty.
+// which f returns false. f must not call the table. Afterwards the table
+// shrinks if it is mostly empty (after removals here or by Delete).
 func (t *Table[V]) Range(f func(k Key, v *V) (keep bool)) {
-	removed := false
 	for s := range t.high {
 		if !bit(t.used, s) {
 			continue
@@ -163,11 +162,8 @@ func (t *Table[V]) Range(f func(k Key, v *V) (keep bool)) {
 		k := sl.key
 		pos, _, _ := t.find(&k, t.tag(&k))
 		t.remove(pos, s)
-		removed = true
 	}
-	if removed {
-		t.maybeShrink()
-	}
+	t.maybeShrink()
 }
 
 // tag is k's seeded 32-bit hash: the index word's tag and, scaled to the
