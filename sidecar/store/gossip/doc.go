@@ -1,14 +1,14 @@
 // Package gossip is the store that router replicas share over a
 // hashicorp/memberlist ring, without Redis.
 //
-// Every replica holds every binding in a bounded local map (maxEntries;
-// when full, a binding this replica never served goes first, then the one
-// that expires first among a random sample: an approximate LRU). Reads
-// never leave the process. Changes travel as deltas; memberlist provides
-// membership, failure detection, the transport and encryption. Every
-// record from the ring is held to this replica's own limits (trust.go):
-// generations are bounded, backends must be ones its pools list, and
-// expiries are clamped to the pool's TTL.
+// Every replica holds every binding in a bounded local table (maxEntries;
+// when full, a CLOCK approximation of least recent local use picks the
+// binding to evict, sparing sessions this replica served; see state.go).
+// Reads never leave the process. Changes travel as deltas; memberlist
+// provides membership, failure detection, the transport and encryption.
+// Every record from the ring is held to this replica's own limits
+// (trust.go): generations are bounded, backends must be ones its pools
+// list, and expiries are clamped to the pool's TTL.
 //
 // # Conflict rule
 //
