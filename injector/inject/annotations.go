@@ -49,6 +49,7 @@ type Annotations struct {
 	JWTAlgorithms          []string
 	JWTIssuer              string
 	JWTAudience            string
+	JWTRequireExp          *bool
 	ConfigMap              string
 	LogLevel               string
 	// ProxyCPU and ProxyMemory: the request, and the limit when given.
@@ -117,6 +118,7 @@ var parsers = map[string]parser{
 	AnnotationJWTAlgorithms:          parseJWTAlgorithms,
 	AnnotationJWTIssuer:              textInto(func(a *Annotations) *string { return &a.JWTIssuer }),
 	AnnotationJWTAudience:            textInto(func(a *Annotations) *string { return &a.JWTAudience }),
+	AnnotationJWTRequireExp:          boolInto(func(a *Annotations) **bool { return &a.JWTRequireExp }),
 	AnnotationConfig:                 parseConfigMap,
 	AnnotationLogLevel:               parseLogLevel,
 	AnnotationProxyCPU:               resourceInto(func(a *Annotations) *Resource { return &a.ProxyCPU }),

@@ -88,7 +88,7 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 			p.add(c.key, "applies only with %s: %s (the store is %q)", AnnotationStore, c.store, pl.store)
 		}
 	}
-	for _, k := range []string{AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience} {
+	for _, k := range []string{AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience, AnnotationJWTRequireExp} {
 		if a.Has(k) && !a.Has(AnnotationJWTSecret) {
 			p.add(k, "needs %s (the Secret with the keys that verify tokens)", AnnotationJWTSecret)
 		}
@@ -283,7 +283,8 @@ func sessionToken(a *Annotations, p problems) (*config.SessionToken, problems) {
 // jwtConfig points the sidecar at the fixed file names in the mounted
 // Secret: hmac-secret for HMAC algorithms, public.pem for the others.
 func jwtConfig(a *Annotations) *config.JWT {
-	j := &config.JWT{Algorithms: a.JWTAlgorithms, Issuer: a.JWTIssuer, Audience: a.JWTAudience}
+	j := &config.JWT{Algorithms: a.JWTAlgorithms, Issuer: a.JWTIssuer, Audience: a.JWTAudience,
+		RequireExp: a.JWTRequireExp != nil && *a.JWTRequireExp}
 	if len(j.Algorithms) == 0 {
 		j.Algorithms = []string{"RS256"}
 	}

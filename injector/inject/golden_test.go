@@ -135,6 +135,7 @@ func goldenCases() []goldenCase {
 			inject.AnnotationJWTAlgorithms: "RS256,ES256",
 			inject.AnnotationJWTIssuer:     "https://auth.example.com/",
 			inject.AnnotationJWTAudience:   "chat",
+			inject.AnnotationJWTRequireExp: "true",
 		}},
 		{name: "reinjected-after-upgrade", input: "router", before: func(t testing.TB, p *corev1.Pod) {
 			o := testOptions()
@@ -264,6 +265,8 @@ func goldenCases() []goldenCase {
 		{name: "invalid-jwt-algorithms", input: "router", set: map[string]string{
 			inject.AnnotationJWTSecret: "jwt", inject.AnnotationJWTAlgorithms: "RS256,none"}},
 		{name: "invalid-jwt-issuer-without-secret", input: "router", set: map[string]string{inject.AnnotationJWTIssuer: "https://auth/"}},
+		{name: "invalid-jwt-require-exp", input: "router", set: map[string]string{
+			inject.AnnotationJWTSecret: "jwt", inject.AnnotationJWTRequireExp: "always"}},
 		{name: "invalid-jwt-audience-empty", input: "router", set: map[string]string{
 			inject.AnnotationJWTSecret: "jwt", inject.AnnotationJWTAudience: " "}},
 		{name: "invalid-pool", input: "router", set: map[string]string{inject.AnnotationPool: "Chat Router"}},

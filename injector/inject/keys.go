@@ -61,6 +61,9 @@ const (
 	AnnotationJWTAlgorithms = Prefix + "jwt-algorithms"
 	AnnotationJWTIssuer     = Prefix + "jwt-issuer"
 	AnnotationJWTAudience   = Prefix + "jwt-audience"
+	// AnnotationJWTRequireExp "true" refuses tokens without exp
+	// (jwt.requireExp).
+	AnnotationJWTRequireExp = Prefix + "jwt-require-exp"
 
 	// Per-pod knobs of the sidecar container (they apply with a ConfigMap
 	// config too).
@@ -104,7 +107,7 @@ var poolKeys = []string{
 	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel,
 	AnnotationAffinity, AnnotationListenPort, AnnotationDebugPort, AnnotationRedisAddress,
 	AnnotationRedisUsername, AnnotationRedisTLS, AnnotationRedisRequireAtStartup, AnnotationGossipRequireAtStartup,
-	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience,
+	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience, AnnotationJWTRequireExp,
 }
 
 // Paths inside the sidecar container. The sidecar config rendered from

@@ -129,6 +129,10 @@ type JWT struct {
 	Algorithms     []string `json:"algorithms,omitempty"`
 	Issuer         string   `json:"issuer,omitempty"`
 	Audience       string   `json:"audience,omitempty"`
+	// RequireExp refuses tokens without an exp claim (expired ones are
+	// always refused), so that a leaked token cannot pin a session for
+	// good: for issuers that always set exp.
+	RequireExp bool `json:"requireExp,omitempty"`
 }
 
 // Proxy tunes the forwarding path. Every field has a safe default.
