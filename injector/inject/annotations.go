@@ -40,6 +40,7 @@ type Annotations struct {
 	RedisPasswordSecret string
 	RedisUsername       string
 	RedisTLS            *bool
+	RedisCASecret       string
 	GossipKeySecret     string
 	StoreKeySecret      string
 	// RedisRequireAtStartup and GossipRequireAtStartup: nil unless set.
@@ -110,6 +111,7 @@ var parsers = map[string]parser{
 	AnnotationRedisPasswordSecret:    secretInto(func(a *Annotations) *string { return &a.RedisPasswordSecret }),
 	AnnotationRedisUsername:          parseRedisUsername,
 	AnnotationRedisTLS:               parseRedisTLS,
+	AnnotationRedisCASecret:          secretInto(func(a *Annotations) *string { return &a.RedisCASecret }),
 	AnnotationGossipKeySecret:        secretInto(func(a *Annotations) *string { return &a.GossipKeySecret }),
 	AnnotationStoreKeySecret:         secretInto(func(a *Annotations) *string { return &a.StoreKeySecret }),
 	AnnotationRedisRequireAtStartup:  boolInto(func(a *Annotations) **bool { return &a.RedisRequireAtStartup }),

@@ -20,6 +20,7 @@ type plan struct {
 	configMap           string
 	cfg                 *config.Config // nil with a ConfigMap
 	redisPasswordSecret string
+	redisCASecret       string
 	gossipKeySecret     string
 	jwtSecret           string
 	tokenSecret         string
@@ -67,6 +68,7 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 	switch pl.store {
 	case config.StoreRedis:
 		pl.redisPasswordSecret = firstNonEmpty(a.RedisPasswordSecret, inj.opts.RedisPasswordSecret)
+		pl.redisCASecret = a.RedisCASecret
 	case config.StoreGossip:
 		pl.gossipKeySecret = firstNonEmpty(a.GossipKeySecret, inj.opts.GossipKeySecret)
 	}
@@ -79,6 +81,7 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 		{AnnotationRedisPasswordSecret, config.StoreRedis},
 		{AnnotationRedisUsername, config.StoreRedis},
 		{AnnotationRedisTLS, config.StoreRedis},
+		{AnnotationRedisCASecret, config.StoreRedis},
 		{AnnotationRedisRequireAtStartup, config.StoreRedis},
 		{AnnotationGossipKeySecret, config.StoreGossip},
 		{AnnotationGossipPort, config.StoreGossip},
@@ -190,6 +193,12 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 		r.TLS = inj.opts.RedisTLS
 		if a.RedisTLS != nil {
 			r.TLS = *a.RedisTLS
+		}
+		if pl.redisCASecret != "" {
+			if a.RedisTLS != nil && !*a.RedisTLS {
+				p.add(AnnotationRedisCASecret, "needs TLS to Redis, but %s is \"false\"", AnnotationRedisTLS)
+			}
+			r.TLS, r.CAFile = true, RedisCADir+"/"+RedisCAKey
 		}
 		r.RequireAtStartup = a.RedisRequireAtStartup
 		cfg.Store.Redis = r
@@ -317,6 +326,7 @@ var fieldAnnotations = []struct{ prefix, key string }{
 	{"pools[0].affinity", AnnotationAffinity},
 	{"pools[0].sessionToken", AnnotationSessionTokenSecret},
 	{"store.redis.username", AnnotationRedisUsername},
+	{"store.redis.caFile", AnnotationRedisCASecret},
 	{"store.redis", AnnotationRedisAddress},
 	{"store.gossip.bind", AnnotationGossipPort},
 	{"store.gossip.secretKeyFile", AnnotationGossipKeySecret},

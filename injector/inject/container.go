@@ -90,6 +90,7 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 	}
 	for _, m := range []struct{ secret, vol, dir string }{
 		{pl.redisPasswordSecret, volRedis, RedisPasswordDir},
+		{pl.redisCASecret, volRedisCA, RedisCADir},
 		{pl.gossipKeySecret, volGossip, GossipKeyDir},
 		{pl.jwtSecret, volJWT, JWTDir},
 		{pl.tokenSecret, volToken, SessionTokenDir},
@@ -126,6 +127,9 @@ func sidecarVolumes(pl *plan) []corev1.Volume {
 	}
 	if pl.redisPasswordSecret != "" {
 		vs = append(vs, secret(volRedis, pl.redisPasswordSecret, RedisPasswordKey))
+	}
+	if pl.redisCASecret != "" {
+		vs = append(vs, secret(volRedisCA, pl.redisCASecret, RedisCAKey))
 	}
 	if pl.gossipKeySecret != "" {
 		vs = append(vs, secret(volGossip, pl.gossipKeySecret, GossipKeyKey))

@@ -115,6 +115,11 @@ func goldenCases() []goldenCase {
 			inject.AnnotationRedisRequireAtStartup: "false",
 			inject.AnnotationDebugPort:             "17031",
 		}},
+		{name: "redis-private-ca", input: "router", set: map[string]string{
+			inject.AnnotationStore:         "redis",
+			inject.AnnotationRedisAddress:  "redis.llm.svc:6379",
+			inject.AnnotationRedisCASecret: "redis-ca",
+		}},
 		{name: "gossip-ready-without-peers", input: "router", set: map[string]string{
 			inject.AnnotationStore:                  "gossip",
 			inject.AnnotationGossipKeySecret:        "router-gossip",
@@ -259,6 +264,10 @@ func goldenCases() []goldenCase {
 		{name: "invalid-redis-address-memory-store", input: "router", set: map[string]string{inject.AnnotationRedisAddress: "redis:6379"}},
 		{name: "invalid-redis-password-secret", input: "router", set: map[string]string{
 			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis:6379", inject.AnnotationRedisPasswordSecret: "Redis_Auth"}},
+		{name: "invalid-redis-ca-secret-tls-off", input: "router", set: map[string]string{
+			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis:6379",
+			inject.AnnotationRedisCASecret: "redis-ca", inject.AnnotationRedisTLS: "false"}},
+		{name: "invalid-redis-ca-secret-memory-store", input: "router", set: map[string]string{inject.AnnotationRedisCASecret: "redis-ca"}},
 		{name: "invalid-gossip-key-secret-redis-store", input: "router", set: map[string]string{
 			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis:6379", inject.AnnotationGossipKeySecret: "key"}},
 		{name: "invalid-jwt-secret", input: "router", set: map[string]string{inject.AnnotationJWTSecret: "jwt/keys"}},

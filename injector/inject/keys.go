@@ -43,9 +43,13 @@ const (
 	AnnotationStore               = Prefix + "store"
 	AnnotationRedisAddress        = Prefix + "redis-address"
 	AnnotationRedisPasswordSecret = Prefix + "redis-password-secret"
-	AnnotationRedisUsername       = Prefix + "redis-username"
-	AnnotationRedisTLS            = Prefix + "redis-tls"
-	AnnotationGossipKeySecret     = Prefix + "gossip-key-secret"
+	// AnnotationRedisCASecret names a Secret (key "ca.crt", PEM) whose CA
+	// verifies Redis's TLS certificate instead of the system roots; it
+	// turns TLS on.
+	AnnotationRedisCASecret   = Prefix + "redis-ca-secret"
+	AnnotationRedisUsername   = Prefix + "redis-username"
+	AnnotationRedisTLS        = Prefix + "redis-tls"
+	AnnotationGossipKeySecret = Prefix + "gossip-key-secret"
 	// AnnotationStoreKeySecret names a Secret (key "key") whose content
 	// keys the store keys (store.keySecretFile): an HMAC instead of a
 	// plain hash. Gossip pods use their gossip key Secret without it.
@@ -119,6 +123,8 @@ const (
 	SecretsDir          = "/var/run/secrets/tether"
 	RedisPasswordDir    = SecretsDir + "/redis"
 	RedisPasswordKey    = "password"
+	RedisCADir          = SecretsDir + "/redis-ca"
+	RedisCAKey          = "ca.crt"
 	GossipKeyDir        = SecretsDir + "/gossip"
 	GossipKeyKey        = "key"
 	JWTDir              = SecretsDir + "/jwt"
@@ -171,10 +177,11 @@ var prometheusAnnotations = []string{PrometheusScrape, PrometheusPort, Prometheu
 
 // Volume names the injector adds; listed in the status annotation.
 const (
-	volConfig = "tether-config"
-	volRedis  = "tether-redis-password"
-	volGossip = "tether-gossip-key"
-	volJWT    = "tether-jwt"
-	volToken  = "tether-session-token"
-	volStore  = "tether-store-key"
+	volConfig  = "tether-config"
+	volRedis   = "tether-redis-password"
+	volRedisCA = "tether-redis-ca"
+	volGossip  = "tether-gossip-key"
+	volJWT     = "tether-jwt"
+	volToken   = "tether-session-token"
+	volStore   = "tether-store-key"
 )

@@ -225,6 +225,7 @@ func TestValidation(t *testing.T) {
 		{"redis both", doc("store: {backend: redis, redis: {address: a:1, addresses: [b:1]}}"), `store.redis.address: set address or addresses, not both`},
 		{"redis address form", doc("store: {backend: redis, redis: {address: redis}}"), `store.redis.address: must be host:port, got "redis"`},
 		{"redis addresses form", doc("store: {backend: redis, redis: {addresses: [a:1, b]}}"), `store.redis.addresses[1]: must be host:port, got "b"`},
+		{"redis caFile without tls", doc("store: {backend: redis, redis: {address: a:1, caFile: /ca.crt}}"), `store.redis.caFile: needs tls: true (the CA verifies Redis's TLS certificate)`},
 		{"redis db", doc("store: {backend: redis, redis: {address: a:1, db: -1}}"), `store.redis.db: must be 0 or more, got -1`},
 		{"redis cluster db", doc("store: {backend: redis, redis: {addresses: [a:1, b:1], db: 2}}"), `store.redis.db: Redis Cluster has only db 0, got 2`},
 		{"redis timeout", doc("store: {backend: redis, redis: {address: a:1, timeout: -1s}}"), `store.redis.timeout: must be positive, got -1s`},

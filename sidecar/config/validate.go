@@ -118,6 +118,9 @@ func (r *RedisStore) validate(e *errs) {
 	for i, a := range r.Addresses {
 		checkHostPort(e, fmt.Sprintf("%s.addresses[%d]", f, i), a)
 	}
+	if r.CAFile != "" && !r.TLS {
+		e.add(f+".caFile", "needs tls: true (the CA verifies Redis's TLS certificate)")
+	}
 	if r.DB < 0 {
 		e.add(f+".db", "must be 0 or more, got %d", r.DB)
 	}
