@@ -77,12 +77,10 @@ type RedisStore struct {
 	Username     string   `json:"username,omitempty"`
 	PasswordFile string   `json:"passwordFile,omitempty"`
 	TLS          bool     `json:"tls,omitempty"`
-	// CAFile (PEM certificates) verifies Redis's certificate instead of
-	// the system roots: a Redis whose certificate a private CA signed.
-	CAFile    string   `json:"caFile,omitempty"`
-	DB        int      `json:"db,omitempty"`
-	Timeout   Duration `json:"timeout,omitempty"`
-	KeyPrefix string   `json:"keyPrefix,omitempty"`
+	CAFile       string   `json:"caFile,omitempty"` // PEM CAs instead of the system roots (a private CA)
+	DB           int      `json:"db,omitempty"`
+	Timeout      Duration `json:"timeout,omitempty"`
+	KeyPrefix    string   `json:"keyPrefix,omitempty"`
 	// RequireAtStartup (default true) makes an unreachable Redis at start
 	// fatal, naming the address and the cause. false starts degraded
 	// (unsticky, ready, the breaker open) and connects in the background.
