@@ -435,12 +435,12 @@ func TestVariants(t *testing.T) {
 	t.Run("sidecar and webhook settings reach the injector", func(t *testing.T) {
 		o := decode(t, render(t, "webhook.failurePolicy=Ignore", "sidecar.nativeSidecar=false", "sidecar.store=redis",
 			"sidecar.redis.address=redis.tether-system.svc:6379", "sidecar.redis.passwordSecret=redis-auth",
-			"sidecar.redis.username=tether", "sidecar.redis.tls=true", "sidecar.preStopSleep=40s",
+			"sidecar.redis.username=tether", "sidecar.redis.tls=true", "sidecar.redis.caSecret=redis-ca", "sidecar.preStopSleep=40s",
 			"sidecar.gossip.keySecret=gossip-key", "webhook.excludedNamespaces={monitoring}", "injector.podAntiAffinity=hard",
 			"sidecar.resources.limits.cpu=1"))
 		cfg := checkArgs(t, injectorArgs(t, o))
 		if cfg.NativeSidecar || cfg.DefaultStore != "redis" || cfg.RedisAddress != "redis.tether-system.svc:6379" ||
-			cfg.RedisPasswordSecret != "redis-auth" || cfg.RedisUsername != "tether" || !cfg.RedisTLS ||
+			cfg.RedisPasswordSecret != "redis-auth" || cfg.RedisUsername != "tether" || !cfg.RedisTLS || cfg.RedisCASecret != "redis-ca" ||
 			cfg.PreStopSleep != 40*time.Second || cfg.GossipKeySecret != "gossip-key" || cfg.SidecarCPULimit != "1" ||
 			!slices.Contains(cfg.ExcludedNamespaces, "monitoring") {
 			t.Errorf("injector configuration: %+v", cfg)
