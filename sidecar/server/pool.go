@@ -48,6 +48,13 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
 		load = sc
 	}
+	if pc.Affinity.Placement != config.PlacementLeastLoaded {
+		eps := balance.DefaultHashEpsilon
+		if pc.Affinity.HashEpsilon != nil {
+			eps = *pc.Affinity.HashEpsilon
+		}
+		balOpts = append(balOpts, balance.WithHashPlacement(eps))
+	}
 	bal := balance.New(balOpts...)
 	var claims session.ClaimReader
 	if sh.claims != nil {
