@@ -1,0 +1,224 @@
+package observe_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+	"sigs.k8s.io/yaml"
+)
+
+// The chart's files, from this package's directory.
+var (
+	dashboardFile = filepath.Join("..", "..", "charts", "tether", "dashboards", "tether.json")
+	rulesFile     = filepath.Join("..", "..", "charts", "tether", "alerts", "tether.rules.yaml")
+)
+
+// query is one PromQL expression of the dashboard or the rules.
+type query struct {
+	where string // "panel <title>" or "alert <name>"
+	title string // the panel's title (dashboard only)
+	expr  string // as written, Grafana variables included
+	alert bool
+}
+
+type dashboard struct {
+	Panels []struct {
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr         string `json:"expr"`
+			LegendFormat string `json:"legendFormat"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+type ruleFile struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Alert string `json:"alert"`
+			Expr  string `json:"expr"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+func loadDashboard(t testing.TB) dashboard {
+	t.Helper()
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return d
+}
+
+// queries returns every expression of the dashboard and the rules.
+func queries(t testing.TB) []query {
+	t.Helper()
+	var qs []query
+	for _, p := range loadDashboard(t).Panels {
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			qs = append(qs, query{where: "panel " + p.Title, title: p.Title, expr: tg.Expr})
+		}
+	}
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf ruleFile
+	if err := yaml.UnmarshalStrict(b, &rf); err != nil {
+		// Strict decoding of the fields read here only: unknown ones
+		// (labels, annotations, for) are promtool's to check.
+		if err := yaml.Unmarshal(b, &rf); err != nil {
+			t.Fatalf("%s: %v", rulesFile, err)
+		}
+	}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			qs = append(qs, query{where: "alert " + r.Alert, expr: r.Expr, alert: true})
+		}
+	}
+	if len(qs) == 0 {
+		t.Fatal("no queries found")
+	}
+	return qs
+}
+
+// promql is Prometheus' parser with its default options: no
+// experimental syntax, as a stock Prometheus accepts.
+var promql = parser.NewParser(parser.Options{})
+
+// expand replaces the dashboard's Grafana variables with what Grafana
+// sends for "All" and a rate window: $namespace and $pool match
+// everything (their allValue), $__rate_interval is window.
+func expand(expr string, window time.Duration) string {
+	return strings.NewReplacer(
+		"$__rate_interval", window.String(),
+		"$namespace", ".*",
+		"$pool", ".*",
+	).Replace(expr)
+}
+
+// metricNames are the metric names an expression selects, in order of
+// appearance, without duplicates.
+func metricNames(expr parser.Expr) []string {
+	var names []string
+	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		name := vs.Name
+		for _, m := range vs.LabelMatchers {
+			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+				name = m.Value
+			}
+		}
+		if name != "" && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+		return nil
+	})
+	return names
+}
+
+// signals splits an alert expression into the parts that must return
+// series while the system runs, healthy or not: comparisons against a
+// number are dropped (a healthy system fails the threshold), the operands
+// of set operators (or, and, unless) and of vector comparisons are kept.
+func signals(expr parser.Expr) []parser.Expr {
+	switch e := expr.(type) {
+	case *parser.ParenExpr:
+		return signals(e.Expr)
+	case *parser.BinaryExpr:
+		if e.Op.IsSetOperator() {
+			return append(signals(e.LHS), signals(e.RHS)...)
+		}
+		if e.Op.IsComparisonOperator() {
+			var out []parser.Expr
+			for _, side := range []parser.Expr{e.LHS, e.RHS} {
+				if side.Type() == parser.ValueTypeVector {
+					out = append(out, signals(side)...)
+				}
+			}
+			return out
+		}
+	}
+	return []parser.Expr{expr}
+}
+
+// TestQueriesParse parses every expression with Prometheus' parser and
+// checks that every metric name is one of tether's or a model server's
+// prefix-cache counters (the registries themselves are checked against a
+// running system in TestAgainstPrometheus).
+func TestQueriesParse(t *testing.T) {
+	qs := queries(t)
+	panels, alerts := 0, 0
+	for _, q := range qs {
+		e, err := promql.ParseExpr(expand(q.expr, time.Minute))
+		if err != nil {
+			t.Errorf("%s: %q: %v", q.where, q.expr, err)
+			continue
+		}
+		names := metricNames(e)
+		if len(names) == 0 {
+			t.Errorf("%s: %q selects no metric", q.where, q.expr)
+		}
+		for _, n := range names {
+			if !strings.HasPrefix(n, "tether_") && !strings.HasPrefix(n, "vllm:prefix_cache_") {
+				t.Errorf("%s: metric %q is neither tether's nor vLLM's prefix-cache counter", q.where, n)
+			}
+		}
+		if q.alert {
+			alerts++
+			if len(signals(e)) == 0 {
+				t.Errorf("%s: no signal to evaluate in %q", q.where, q.expr)
+			}
+		} else {
+			panels++
+		}
+	}
+	if alerts != 6 {
+		t.Errorf("%d alerts, want the 6 of the issue", alerts)
+	}
+	t.Logf("%d dashboard queries and %d alert expressions parsed", panels, alerts)
+}
+
+// TestSignals pins how alert expressions are split for evaluation.
+func TestSignals(t *testing.T) {
+	for expr, want := range map[string][]string{
+		`a == 1`:                   {`a`},
+		`min(a) < count(a)`:        {`min(a)`, `count(a)`},
+		`(sum(a) == 0) or (b > 0)`: {`sum(a)`, `b`},
+		`sum(rate(a[5m])) / sum(rate(b[5m])) > 0.1`: {`sum(rate(a[5m])) / sum(rate(b[5m]))`},
+		`min(a) - time() < 14 * 86400`:              {`min(a) - time()`},
+	} {
+		e, err := promql.ParseExpr(expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range signals(e) {
+			got = append(got, s.String())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("signals(%s) = %q, want %q", expr, got, want)
+		}
+	}
+}
