@@ -284,7 +284,7 @@ func (s *system) load(ctx context.Context, t testing.TB) {
 	for w := range 6 {
 		wg.Go(func() {
 			for turn := 0; ctx.Err() == nil; turn++ {
-				session := fmt.Sprintf("session-%d-%d", w, turn/4%8)
+				session := fmt.Sprintf("session-%d-%d", w, turn/4) // four turns, then a new conversation
 				sc := s.sidecars[w%len(s.sidecars)]
 				if w%len(s.sidecars) != 0 && turn%2 == 1 { // the other gossip replica
 					sc = s.sidecars[1+(w+1)%2]

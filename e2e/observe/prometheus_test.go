@@ -85,6 +85,26 @@ func TestAgainstPrometheus(t *testing.T) {
 		return nil
 	})
 
+	// A store outage: with redis-server stopped (SIGSTOP), the Redis
+	// sidecar's breaker opens and its sessions fall back to balancing,
+	// as Prometheus sees; then it recovers.
+	s.redis.Pause()
+	testkit.Eventually(t, 20*time.Second, "the store breaker open in Prometheus", func() error {
+		r, err := p.query(`tether_store_breaker_open{backend="redis"} == 1`, time.Now())
+		if err == nil && len(r) == 0 {
+			err = fmt.Errorf("not open")
+		}
+		return err
+	})
+	s.redis.Resume()
+	testkit.Eventually(t, 20*time.Second, "the store breaker closed again", func() error {
+		r, err := p.query(`tether_store_breaker_open{backend="redis"} == 0`, time.Now())
+		if err == nil && len(r) == 0 {
+			err = fmt.Errorf("still open")
+		}
+		return err
+	})
+
 	// The metric names are checked against what the running code
 	// registered (after load, so that every vector has children).
 	registered := s.metricNames(t)

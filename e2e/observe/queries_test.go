@@ -30,8 +30,13 @@ type query struct {
 
 type dashboard struct {
 	Panels []struct {
-		Type    string `json:"type"`
-		Title   string `json:"title"`
+		Type        string `json:"type"`
+		Title       string `json:"title"`
+		FieldConfig struct {
+			Defaults struct {
+				Unit string `json:"unit"`
+			} `json:"defaults"`
+		} `json:"fieldConfig"`
 		Targets []struct {
 			Expr         string `json:"expr"`
 			LegendFormat string `json:"legendFormat"`
