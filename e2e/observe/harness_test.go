@@ -271,8 +271,7 @@ func review(pod []byte) []byte {
 // every sidecar (turns of one session go to one sidecar, as a router
 // replica's would, but sessions are shared between the gossip replicas),
 // and admissions of every kind through the injector.
-func (s *system) load(ctx context.Context, t testing.TB) {
-	router := routerPod(t)
+func (s *system) load(ctx context.Context, router []byte) {
 	reviews := [][]byte{
 		review(router), // injected
 		review(bytes.Replace(router, []byte(`"5m"`), []byte(`"forever"`), 1)), // denied: invalid tether.dev/ttl

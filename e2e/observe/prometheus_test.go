@@ -69,7 +69,8 @@ func TestAgainstPrometheus(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	loaded := make(chan struct{})
-	go func() { defer close(loaded); s.load(ctx, t) }()
+	router := routerPod(t)
+	go func() { defer close(loaded); s.load(ctx, router) }()
 	defer func() { stop(); <-loaded }()
 	start := time.Now()
 

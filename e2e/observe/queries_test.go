@@ -227,3 +227,55 @@ func TestSignals(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardShape checks what Grafana needs to import the dashboard
+// anywhere: every query on the ${datasource} variable, panel ids unique,
+// panels within the 24-column grid without overlapping.
+func TestDashboardShape(t *testing.T) {
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			ID         int    `json:"id"`
+			Type       string `json:"type"`
+			Title      string `json:"title"`
+			Datasource *struct {
+				UID string `json:"uid"`
+			} `json:"datasource"`
+			GridPos struct{ H, W, X, Y int } `json:"gridPos"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.UID == "" {
+		t.Error("no uid: every import would create another copy")
+	}
+	ids := map[int]bool{}
+	type cell struct{ x, y int }
+	taken := map[cell]string{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.Type != "row" && (p.Datasource == nil || p.Datasource.UID != "${datasource}") {
+			t.Errorf("panel %q does not use the ${datasource} variable", p.Title)
+		}
+		g := p.GridPos
+		if g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q: gridPos %+v outside the 24-column grid", p.Title, g)
+		}
+		for x := g.X; x < g.X+g.W; x++ {
+			for y := g.Y; y < g.Y+g.H; y++ {
+				if other, ok := taken[cell{x, y}]; ok {
+					t.Fatalf("panels %q and %q overlap at %d,%d", other, p.Title, x, y)
+				}
+				taken[cell{x, y}] = p.Title
+			}
+		}
+	}
+}
