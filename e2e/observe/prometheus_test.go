@@ -64,7 +64,7 @@ func TestPromtoolCheckRules(t *testing.T) {
 // alert (the injector's certificate is 10 days from expiry) goes pending.
 func TestAgainstPrometheus(t *testing.T) {
 	prom := tool(t, "prometheus")
-	qs := queries(t)
+	qs := append(queries(t), readmeQueries(t)...)
 	s := startSystem(t)
 
 	ctx, stop := context.WithCancel(context.Background())

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -109,6 +110,41 @@ func queries(t testing.TB) []query {
 // experimental syntax, as a stock Prometheus accepts.
 var promql = parser.NewParser(parser.Options{})
 
+// readmeQueries are the PromQL expressions of the README's table "The
+// five queries to run first" (the backticked parts of its second column
+// that call something), so that the README cannot drift from the code.
+func readmeQueries(t testing.TB) []query {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const heading = "### The five queries to run first\n"
+	_, section, ok := strings.Cut(string(b), heading)
+	if !ok {
+		t.Fatalf("README has no %q", strings.TrimSpace(heading))
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	var qs []query
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, " | ")
+		if !strings.HasPrefix(line, "| ") || len(cells) < 3 || cells[0] == "| what" {
+			continue
+		}
+		for _, m := range backticked.FindAllStringSubmatch(cells[1], -1) {
+			if strings.Contains(m[1], "(") {
+				qs = append(qs, query{where: "README " + strings.TrimPrefix(cells[0], "| "), expr: m[1]})
+			}
+		}
+	}
+	if len(qs) < 5 {
+		t.Fatalf("README's five queries: found %d expressions", len(qs))
+	}
+	return qs
+}
+
+var backticked = regexp.MustCompile("`([^`]+)`")
+
 // expand replaces the dashboard's Grafana variables with what Grafana
 // sends for "All" and a rate window: $namespace and $pool match
 // everything (their allValue), $__rate_interval is window.
@@ -173,7 +209,7 @@ func signals(expr parser.Expr) []parser.Expr {
 // prefix-cache counters (the registries themselves are checked against a
 // running system in TestAgainstPrometheus).
 func TestQueriesParse(t *testing.T) {
-	qs := queries(t)
+	qs := append(queries(t), readmeQueries(t)...)
 	panels, alerts := 0, 0
 	for _, q := range qs {
 		e, err := promql.ParseExpr(expand(q.expr, time.Minute))
@@ -195,7 +231,7 @@ func TestQueriesParse(t *testing.T) {
 			if len(signals(e)) == 0 {
 				t.Errorf("%s: no signal to evaluate in %q", q.where, q.expr)
 			}
-		} else {
+		} else if strings.HasPrefix(q.where, "panel ") {
 			panels++
 		}
 	}
