@@ -107,19 +107,27 @@ func TestAgainstPrometheus(t *testing.T) {
 	})
 
 	// The metric names are checked against what the running code
-	// registered (after load, so that every vector has children).
-	registered := s.metricNames(t)
-	for _, q := range qs {
-		e, err := promql.ParseExpr(expand(q.expr, window))
-		if err != nil {
-			t.Fatalf("%s: %v", q.where, err)
-		}
-		for _, n := range metricNames(e) {
-			if !registered[n] {
-				t.Errorf("%s: metric %s is not registered by the sidecar, the injector or modelsim", q.where, n)
+	// registered. A vector exports a family once it has a child, and
+	// some children come with load (the first rebind), hence Eventually.
+	testkit.Eventually(t, 20*time.Second, "every metric of every query registered", func() error {
+		registered := s.metricNames(t)
+		var missing []string
+		for _, q := range qs {
+			e, err := promql.ParseExpr(expand(q.expr, window))
+			if err != nil {
+				t.Fatalf("%s: %v", q.where, err)
+			}
+			for _, n := range metricNames(e) {
+				if !registered[n] {
+					missing = append(missing, q.where+": "+n)
+				}
 			}
 		}
-	}
+		if len(missing) > 0 {
+			return fmt.Errorf("not registered by the sidecars, the injector or modelsim:\n%s", strings.Join(missing, "\n"))
+		}
+		return nil
+	})
 
 	// Every panel query returns a series with a value (rates need a full
 	// window of scrapes first, hence Eventually).
