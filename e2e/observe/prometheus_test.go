@@ -90,7 +90,7 @@ func TestAgainstPrometheus(t *testing.T) {
 	// sidecar's breaker opens and its sessions fall back to balancing,
 	// as Prometheus sees; then it recovers.
 	s.redis.Pause()
-	testkit.Eventually(t, 20*time.Second, "the store breaker open in Prometheus", func() error {
+	testkit.Eventually(t, 30*time.Second, "the store breaker open in Prometheus", func() error {
 		r, err := p.query(`tether_store_breaker_open{backend="redis"} == 1`, time.Now())
 		if err == nil && len(r) == 0 {
 			err = fmt.Errorf("not open")
@@ -98,7 +98,7 @@ func TestAgainstPrometheus(t *testing.T) {
 		return err
 	})
 	s.redis.Resume()
-	testkit.Eventually(t, 20*time.Second, "the store breaker closed again", func() error {
+	testkit.Eventually(t, 30*time.Second, "the store breaker closed again", func() error {
 		r, err := p.query(`tether_store_breaker_open{backend="redis"} == 0`, time.Now())
 		if err == nil && len(r) == 0 {
 			err = fmt.Errorf("still open")
@@ -109,7 +109,7 @@ func TestAgainstPrometheus(t *testing.T) {
 	// The metric names are checked against what the running code
 	// registered. A vector exports a family once it has a child, and
 	// some children come with load (the first rebind), hence Eventually.
-	testkit.Eventually(t, 20*time.Second, "every metric of every query registered", func() error {
+	testkit.Eventually(t, 30*time.Second, "every metric of every query registered", func() error {
 		registered := s.metricNames(t)
 		var missing []string
 		for _, q := range qs {
@@ -136,7 +136,7 @@ func TestAgainstPrometheus(t *testing.T) {
 			continue
 		}
 		expr := expand(q.expr, window)
-		testkit.Eventually(t, 20*time.Second, q.where+": "+expr, func() error {
+		testkit.Eventually(t, 30*time.Second, q.where+": "+expr, func() error {
 			r, err := p.query(expr, time.Now())
 			if err != nil {
 				return err
@@ -157,7 +157,7 @@ func TestAgainstPrometheus(t *testing.T) {
 		}
 		e, _ := promql.ParseExpr(q.expr)
 		for _, sig := range signals(e) {
-			testkit.Eventually(t, 20*time.Second, q.where+" signal "+sig.String(), func() error {
+			testkit.Eventually(t, 30*time.Second, q.where+" signal "+sig.String(), func() error {
 				r, err := p.query(sig.String(), time.Now())
 				if err == nil && len(r) == 0 {
 					err = fmt.Errorf("no series")
@@ -166,14 +166,14 @@ func TestAgainstPrometheus(t *testing.T) {
 			})
 		}
 	}
-	testkit.Eventually(t, 20*time.Second, "every rule evaluated without error", p.rulesHealthy)
+	testkit.Eventually(t, 30*time.Second, "every rule evaluated without error", p.rulesHealthy)
 	// Two alerts whose condition the system meets go pending (their for:
 	// keeps them from firing within a test).
 	for _, active := range []string{
 		`ALERTS{alertname="TetherWebhookCertificateExpiring", namespace="tether-system"}`,
 		`ALERTS{alertname="TetherNoSelectableBackend", namespace="llm", pool="batch"}`,
 	} {
-		testkit.Eventually(t, 20*time.Second, active, func() error {
+		testkit.Eventually(t, 30*time.Second, active, func() error {
 			r, err := p.query(active, time.Now())
 			if err == nil && len(r) == 0 {
 				err = fmt.Errorf("not active")
