@@ -36,25 +36,25 @@ const MaxDepth = 10000
 type state uint8
 
 const (
-	stValue          state = iota // a value is expected
-	stKeyOrEnd                    // after '{'
-	stKey                         // after ',' in an object
-	stColon                       // after a key
-	stAfter                       // after a value
-	stValueOrEnd                  // after '['
-	stString                      // inside a string
-	stEscape                      // after '\' in a string
-	stUnicode                     // in the 4 hex digits of \u
-	stMinus                       // after a number's '-'
-	stZero                        // after a number's leading 0
-	stInt                         // in the integer digits
-	stDot                         // after the '.'
-	stFrac                        // in the fraction digits
-	stE                           // after 'e' or 'E'
-	stESign                       // after the exponent's sign
-	stExp                         // in the exponent digits
-	stLiteral                     // in true, false or null
-	stEnd                         // after the top-level value
+	stValue      state = iota // a value is expected
+	stKeyOrEnd                // after '{'
+	stKey                     // after ',' in an object
+	stColon                   // after a key
+	stAfter                   // after a value
+	stValueOrEnd              // after '['
+	stString                  // inside a string
+	stEscape                  // after '\' in a string
+	stUnicode                 // in the 4 hex digits of \u
+	stMinus                   // after a number's '-'
+	stZero                    // after a number's leading 0
+	stInt                     // in the integer digits
+	stDot                     // after the '.'
+	stFrac                    // in the fraction digits
+	stE                       // after 'e' or 'E'
+	stESign                   // after the exponent's sign
+	stExp                     // in the exponent digits
+	stLiteral                 // in true, false or null
+	stEnd                     // after the top-level value
 	stError
 )
 

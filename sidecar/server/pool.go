@@ -12,6 +12,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/token"
@@ -24,7 +25,9 @@ type poolDeps struct {
 	claims  *jwtauth.Verifier
 	failed  *resolve.FailSet
 	metrics *metrics.Metrics
-	scrapes *http.Client
+	// responses are the Responses API routing metrics.
+	responses *responses.Metrics
+	scrapes   *http.Client
 }
 
 // newPool wires one pool: its discovery, load scraping, balancer, session
@@ -56,7 +59,7 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
 		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
-		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load,
+		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, Responses: sh.responses,
 	}
 	var extractOpts []session.Option
 	if tc := pc.SessionToken; tc != nil {

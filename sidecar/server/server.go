@@ -23,6 +23,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
@@ -112,7 +113,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	scrapeTransport := proxy.NewTransport(proxy.TransportOptions{DialTimeout: cfg.Proxy.DialTimeout.Duration, Allowed: s.discovered})
 	s.closers = append(s.closers, scrapeTransport.CloseIdleConnections)
 	shared := poolDeps{
-		deps: deps, store: st, claims: claims, metrics: metrics.New(s.reg),
+		deps: deps, store: st, claims: claims, metrics: metrics.New(s.reg), responses: responses.NewMetrics(s.reg),
 		failed:  resolve.NewFailSet(cfg.Proxy.FailTimeout.Duration, nil),
 		scrapes: &http.Client{Transport: scrapeTransport},
 	}
@@ -133,8 +134,12 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			pools = append(pools, pp)
 			names = append(names, pp.Name)
 		}
+		fields, err := bodyFields(cfg, l)
+		if err != nil {
+			return nil, err
+		}
 		h := proxy.New(proxy.Options{
-			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
+			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes, Body: fields,
 			Transport: transport, Metrics: shared.metrics, AccessLog: log,
 		})
 		s.listeners = append(s.listeners, &listener{pools: names, srv: &http.Server{
