@@ -249,6 +249,7 @@ func TestValidation(t *testing.T) {
 		{"no sources", doc("", pool("sessionSticky: {sources: []}")), `pools[0].sessionSticky.sources: at least one source is required`},
 		{"sources absent", doc("", pool("sessionSticky: {sessionAffinitySeconds: 5}")), `pools[0].sessionSticky.sources: at least one source is required`},
 		{"too many sources", doc("", pool("sessionSticky: {sources: ["+seventeen+"]}")), `pools[0].sessionSticky.sources: at most 16 sources are allowed, got 17`},
+		{"body path", doc("", pool("sessionSticky: {sources: [{type: Body, name: metadata..session_id}]}")), `pools[0].sessionSticky.sources[0].name: "metadata..session_id" has an empty segment (write field.subfield, no leading, trailing or double dots)`},
 		{"source type", doc("", pool("sessionSticky: {sources: [{type: Header, name: A}, {type: Heder, name: X}]}")), `pools[0].sessionSticky.sources[1].type: unknown source type "Heder" (want Header, Query, Cookie, JWTClaim, Token or Body)`},
 		{"source type case", doc("", pool("sessionSticky: {sources: [{type: header, name: X}]}")), `pools[0].sessionSticky.sources[0].type: unknown source type "header"`},
 		{"source name", doc("", pool("sessionSticky: {sources: [{type: Cookie}]}")), `pools[0].sessionSticky.sources[0].name: required for a Cookie source`},
