@@ -106,6 +106,11 @@ type Options struct {
 	Load LoadReader
 	// Responses are the Responses API metrics; nil: not exported.
 	Responses *responses.Metrics
+	// ResponseGrace is how long a response id without a binding is looked
+	// up again before it is routed as any request: the time a binding
+	// written by a peer replica may take to arrive (gossip). 0 for stores
+	// where a write is visible to every replica at once (Redis).
+	ResponseGrace time.Duration
 	// Tokens signs the session tokens every decision carries; nil when
 	// the pool has no session tokens. (Keys routes by the tokens of
 	// requests, verified once, by the same codec.)

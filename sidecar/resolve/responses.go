@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,6 +28,10 @@ const SourceResponseID config.SourceType = "ResponseID"
 // ErrPinned refuses a retry of a request that only one backend can
 // serve: moving it cannot succeed, so its failure is reported as it is.
 var ErrPinned = errors.New("the stored response it names is on this backend only, so it is not retried elsewhere")
+
+// graceStep is how often an unknown response id is looked up again
+// within Options.ResponseGrace.
+const graceStep = 5 * time.Millisecond
 
 // responseMetrics are the pool's children of responses.Metrics.
 type responseMetrics struct {
@@ -68,6 +73,18 @@ func (r *Resolver) resolveCall(ctx context.Context, call responses.Call) (d *Dec
 	}
 	key := r.responseKey(call.ID)
 	b, ok, err := r.o.Store.Lookup(ctx, key, r.o.TTL)
+	// A binding written by a peer may still be on its way (gossip): look
+	// again for the grace period before calling the id unknown.
+	for waited := time.Duration(0); err == nil && !ok && waited < r.o.ResponseGrace; waited += graceStep {
+		t := time.NewTimer(graceStep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err(), true
+		case <-t.C:
+		}
+		b, ok, err = r.o.Store.Lookup(ctx, key, r.o.TTL)
+	}
 	if err != nil {
 		r.m.fallbacks[opLookup]().Inc()
 		return nil, nil, false

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/reqbody"
@@ -30,3 +31,9 @@ func bodyFields(cfg *config.Config, l config.Listener) (*reqbody.Fields, error) 
 	}
 	return f, nil
 }
+
+// responseGrace is how long a replica of a gossip ring waits for the
+// binding of a response id it does not know yet: a peer bound it before
+// the client could read the id, and a direct send reaches every member
+// within milliseconds, but an agent may send the next turn sooner.
+const responseGrace = 150 * time.Millisecond

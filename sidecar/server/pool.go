@@ -61,6 +61,9 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
 		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, Responses: sh.responses,
 	}
+	if s.cfg.Store.Backend == config.StoreGossip {
+		ro.ResponseGrace = responseGrace
+	}
 	var extractOpts []session.Option
 	if tc := pc.SessionToken; tc != nil {
 		codec, err := token.New(pc.Name, tc)
