@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/responses"
+	"github.com/tetherproxy/tether/sidecar/store"
 )
 
 var respFields, _ = reqbody.NewFields(responses.BodyFields...)
@@ -41,7 +43,8 @@ func answer(t *testing.T, f *fixture, d *Decision, id string) {
 func TestResponsePDPair(t *testing.T) {
 	d := func(id, g string) discovery.Backend { b := be(id); b.Group = g; return b }
 	src := &fakeSource{}
-	src.put([]discovery.Backend{d("d1", "g1"), d("d2", "g2")}, []discovery.Backend{d("p1", "g1"), d("p1b", "g1"), d("p2", "g2")})
+	// Only g1 has prefill pods: the first pair is d1 and p1 or p1b.
+	src.put([]discovery.Backend{d("d1", "g1"), d("d2", "g2")}, []discovery.Backend{d("p1", "g1"), d("p1b", "g1")})
 	f := newFixture(t, nil, src, true)
 	first, err := f.r.Resolve(context.Background(), respReq(`{"input":"hi"}`))
 	if err != nil || !first.learn || first.pinned {
@@ -59,6 +62,9 @@ func TestResponsePDPair(t *testing.T) {
 		}
 		f.now = f.now.Add(20 * 1e9) // past the fail timeout the retry marked
 	}
+	if first.Backend.ID != "d1" {
+		t.Fatalf("first pair %s/%s, want d1 (the only group with prefill)", first.Backend.ID, first.Prefill.ID)
+	}
 	var rest []discovery.Backend
 	for _, p := range []discovery.Backend{d("p1", "g1"), d("p1b", "g1"), d("p2", "g2")} {
 		if p.ID != first.Prefill.ID {
@@ -70,11 +76,7 @@ func TestResponsePDPair(t *testing.T) {
 	if err != nil || got.Backend.ID != first.Backend.ID || got.Prefill.ID == first.Prefill.ID || got.Prefill.Group != first.Backend.Group {
 		t.Fatalf("without the bound prefill pod: %+v, %v", got, err)
 	}
-	if first.Backend.ID == "d1" {
-		src.put([]discovery.Backend{d("d2", "g2")}, rest)
-	} else {
-		src.put([]discovery.Backend{d("d1", "g1")}, rest)
-	}
+	src.put([]discovery.Backend{d("d2", "g2")}, rest)
 	_, err = f.r.Resolve(context.Background(), httptest.NewRequest("GET", "/v1/responses/resp_1", nil))
 	if lost, ok := errors.AsType[*responses.LostError](err); !ok || lost.ID != "resp_1" || lost.Param != "" {
 		t.Fatalf("decode pod gone: %v", err)
@@ -94,5 +96,45 @@ func TestResponseNotStoredAndUnknown(t *testing.T) {
 	got, err := f.r.Resolve(context.Background(), respReq(`{"previous_response_id":"resp_x"}`))
 	if err != nil || got.pinned || got.Outcome != None {
 		t.Fatalf("unknown id: %+v, %v", got, err)
+	}
+}
+
+// lateStore hides every binding from the first misses lookups, as a
+// gossip replica does before a peer's binding arrives.
+type lateStore struct {
+	store.Store
+	misses int
+}
+
+func (s *lateStore) Lookup(ctx context.Context, key string, ttl time.Duration) (store.Binding, bool, error) {
+	if s.misses > 0 {
+		s.misses--
+		return store.Binding{}, false, nil
+	}
+	return s.Store.Lookup(ctx, key, ttl)
+}
+
+// An id whose binding has not arrived yet is looked up again within
+// ResponseGrace; without a grace it is routed as any request.
+func TestResponseGrace(t *testing.T) {
+	for _, tc := range []struct {
+		grace  time.Duration
+		pinned bool
+	}{{0, false}, {100 * time.Millisecond, true}} {
+		m := newMemory(t, 100)
+		t.Cleanup(func() { m.Close() })
+		late := &lateStore{Store: m}
+		f := newFixture(t, late, newSource(be("a"), be("b"), be("c")), false)
+		f.r.o.ResponseGrace = tc.grace
+		first, err := f.r.Resolve(context.Background(), respReq(`{"input":"hi"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer(t, f, first, "resp_late")
+		late.misses = 3
+		got, err := f.r.Resolve(context.Background(), respReq(`{"previous_response_id":"resp_late"}`))
+		if err != nil || got.pinned != tc.pinned || (tc.pinned && got.Backend.ID != first.Backend.ID) {
+			t.Fatalf("grace %v: %+v, %v", tc.grace, got, err)
+		}
 	}
 }
