@@ -29,7 +29,7 @@ func respReq(body string) *http.Request {
 func answer(t *testing.T, f *fixture, d *Decision, id string) {
 	t.Helper()
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
-		Body: io.NopCloser(strings.NewReader(`{"id":"` + id + `","object":"response","output":[]}`)),
+		Body:    io.NopCloser(strings.NewReader(`{"id":"` + id + `","object":"response","output":[]}`)),
 		Request: httptest.NewRequest("POST", "/v1/responses", nil)}
 	f.r.Answered(d, resp)
 	io.ReadAll(resp.Body)
