@@ -12,7 +12,6 @@ import (
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/responses"
-	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
@@ -54,11 +53,12 @@ func newResponseMetrics(m *responses.Metrics, pool string) responseMetrics {
 	}
 }
 
-// responseKey is the store key of a response id: a keyspace of its own
-// in the pool (the suffix cannot end a pool's name in a valid config), so
-// no session key can address a response's binding.
+// responseKey is the store key of a response id (keyed like session
+// keys when the store has a key secret): a keyspace of its own in the
+// pool (no configured pool name ends in the NUL suffix), so no session key
+// can address a response's binding.
 func (r *Resolver) responseKey(id string) string {
-	return session.StoreKey(r.o.Pool+"\x00responses", id)
+	return r.o.StoreKeys.StoreKey(r.o.Pool+"\x00responses", id)
 }
 
 // resolveCall routes a request by the stored response it names. done is
@@ -97,7 +97,7 @@ func (r *Resolver) resolveCall(ctx context.Context, call responses.Call) (d *Dec
 	be, live := r.current(set, b.Pod, b.Created)
 	if !live {
 		r.rm.lost().Inc()
-		r.o.Log.Info("stored response lost with its backend", "key_hash", key[:session.ShortHashLen], "backend", b.Pod)
+		r.o.Log.Info("stored response lost with its backend", "key_hash", key, "backend", b.Pod)
 		return nil, &responses.LostError{ID: call.ID, Param: call.Param()}, true
 	}
 	var pf discovery.Backend
@@ -114,7 +114,7 @@ func (r *Resolver) resolveCall(ctx context.Context, call responses.Call) (d *Dec
 	}
 	r.rm.pinned().Inc()
 	return &Decision{
-		Backend: be, Prefill: pf, Outcome: Hit, Source: SourceResponseID, KeyHash: key[:session.ShortHashLen],
+		Backend: be, Prefill: pf, Outcome: Hit, Source: SourceResponseID, KeyHash: key,
 		Since: b.Created, binding: b, pinned: true,
 	}, nil, true
 }
@@ -142,7 +142,7 @@ func (r *Resolver) bindResponse(ctx context.Context, d *Decision, id string) {
 	b := store.Binding{Pod: d.Backend.ID, PrefillPod: d.Prefill.ID, Created: r.o.Now(), Gen: 1}
 	if _, err := r.o.Store.Create(ctx, key, b, r.o.TTL); err != nil {
 		r.rm.failure().Inc()
-		r.o.Log.Warn("binding a stored response failed: it can only be continued through luck", "key_hash", key[:session.ShortHashLen], "err", err)
+		r.o.Log.Warn("binding a stored response failed: it can only be continued through luck", "key_hash", key, "err", err)
 		return
 	}
 	r.rm.bound().Inc()

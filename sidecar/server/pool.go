@@ -6,6 +6,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/jwtauth"
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/loadscrape"
@@ -25,9 +26,18 @@ type poolDeps struct {
 	claims  *jwtauth.Verifier
 	failed  *resolve.FailSet
 	metrics *metrics.Metrics
+	scrapes *http.Client
+	keys    *session.KeyHasher
 	// responses are the Responses API routing metrics.
 	responses *responses.Metrics
-	scrapes   *http.Client
+}
+
+// poolView is what the debug listener shows of a pool.
+type poolView struct {
+	cfg  config.Pool
+	src  discovery.Source
+	bal  *balance.Balancer
+	load *loadscrape.Scraper // nil without load scraping
 }
 
 // newPool wires one pool: its discovery, load scraping, balancer, session
@@ -41,6 +51,8 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	}
 	s.sources[pc.Name] = src
 	s.background = append(s.background, lifecycle.Part{Name: "discovery of " + pc.Name, Run: src.Run})
+	view := &poolView{cfg: pc, src: src}
+	s.pools = append(s.pools, view)
 	var balOpts []balance.Option
 	var load resolve.LoadReader
 	if lc := pc.Load(); lc != nil {
@@ -49,9 +61,17 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 		})
 		s.background = append(s.background, lifecycle.Part{Name: "load scrapes of " + pc.Name, Run: sc.Run})
 		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
-		load = sc
+		load, view.load = sc, sc
+	}
+	if pc.Affinity.Placement != config.PlacementLeastLoaded {
+		eps := balance.DefaultHashEpsilon
+		if pc.Affinity.HashEpsilon != nil {
+			eps = *pc.Affinity.HashEpsilon
+		}
+		balOpts = append(balOpts, balance.WithHashPlacement(eps))
 	}
 	bal := balance.New(balOpts...)
+	view.bal = bal
 	var claims session.ClaimReader
 	if sh.claims != nil {
 		claims = sh.claims // never a typed nil in the interface
@@ -59,14 +79,15 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
 		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
-		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, Responses: sh.responses,
+		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, StoreKeys: sh.keys,
+		Responses: sh.responses,
 	}
 	if s.cfg.Store.Backend == config.StoreGossip {
 		ro.ResponseGrace = responseGrace
 	}
 	var extractOpts []session.Option
 	if tc := pc.SessionToken; tc != nil {
-		codec, err := token.New(pc.Name, tc)
+		codec, err := token.New(pc.Name, pc.SessionSticky.TTL(), tc)
 		if err != nil {
 			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
 		}
