@@ -177,7 +177,7 @@ func TestRunLocalFailsWhenTheSidecarDies(t *testing.T) {
 	}
 	// The Responses API demo: the second turn reaches the backend that
 	// stored the first response.
-	if m := regexp.MustCompile(`response (resp_\w+) stored on (backend-\d)\n.*previous_response_id (resp_\w+)\) answered by (backend-\d)`).
+	if m := regexp.MustCompile(`response (resp_\w+) stored on (backend-\d)\n(?s:.*?)previous_response_id (resp_\w+)\) answered by (backend-\d)`).
 		FindStringSubmatch(out); m == nil || m[1] != m[3] || m[2] != m[4] {
 		t.Fatalf("the Responses API demo did not chain on one backend:\n%s", out)
 	}
