@@ -301,10 +301,13 @@ const (
 	// SourceToken reads the header Name as a session token written by
 	// the sidecar (pool.sessionToken): it names a backend, not a session.
 	SourceToken SourceType = "Token"
+	// SourceBody reads the string at the dotted path Name of the JSON
+	// request body (prompt_cache_key, user, metadata.session_id).
+	SourceBody SourceType = "Body"
 )
 
 // SourceTypes lists the valid source types in the order errors name them.
-var SourceTypes = []SourceType{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken}
+var SourceTypes = []SourceType{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken, SourceBody}
 
 // Backends says where a pool's model servers are: a static list, a
 // Kubernetes selector, or prefill/decode selectors for PD pools.

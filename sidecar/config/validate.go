@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/tetherproxy/tether/sidecar/jsonscan"
 )
 
 // FieldError is one validation problem: the field's path in the document
@@ -345,9 +347,9 @@ func ValidateSources(add func(suffix, format string, a ...any), sources []Source
 	for i, s := range sources {
 		at := fmt.Sprintf("[%d]", i)
 		switch s.Type {
-		case SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken:
+		case SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken, SourceBody:
 		default:
-			add(at+".type", "unknown source type %q (want Header, Query, Cookie, JWTClaim or Token)", s.Type)
+			add(at+".type", "unknown source type %q (want Header, Query, Cookie, JWTClaim, Token or Body)", s.Type)
 			continue
 		}
 		if s.Name == "" {
@@ -362,6 +364,10 @@ func ValidateSources(add func(suffix, format string, a ...any), sources []Source
 		case SourceCookie:
 			if strings.ContainsAny(s.Name, " \t;,=\"") {
 				add(at+".name", "%q is not a valid cookie name", s.Name)
+			}
+		case SourceBody:
+			if err := jsonscan.ValidatePath(s.Name); err != nil {
+				add(at+".name", "%v", err)
 			}
 		case SourceJWTClaim:
 			if !haveJWT {

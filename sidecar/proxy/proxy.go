@@ -25,7 +25,9 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/responses"
 )
 
 // Pool is one pool served on a listener.
@@ -78,6 +80,11 @@ type Options struct {
 	// BodyReadTimeout is how long reading a request body may go without
 	// a byte before the request gets 408; 0: no limit.
 	BodyReadTimeout time.Duration
+
+	// Body are the JSON body fields the listener's pools read (the pool's
+	// "model", Body sources, the Responses API's): scanned once per
+	// request, on first use. nil reads none.
+	Body *reqbody.Fields
 }
 
 // Handler serves one listener.
@@ -218,12 +225,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	pool, status, msg := h.pool(body)
+	rb := h.o.Body.Of(body)
+	r = r.WithContext(reqbody.NewContext(r.Context(), rb))
+	pool, status, msg := h.pool(rb)
 	if pool == nil {
 		writeError(rec, status, msg)
 		return
 	}
 	d, err := pool.Resolver.Resolve(r.Context(), r)
+	if lost, ok := errors.AsType[*responses.LostError](err); ok {
+		lost.Write(rec) // its backend is gone: no other can answer
+		return
+	}
 	if err != nil {
 		rec.Header().Set("Retry-After", "1")
 		// Resolve's errors name no backend (ErrNoBackend); keep it so.
@@ -247,21 +260,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // pool picks the pool of a request: the only one on the listener, or the
-// one serving the body's "model".
-func (h *Handler) pool(body []byte) (*Pool, int, string) {
+// one serving the body's "model" (read in the body's one scan, with the
+// fields the pools route by).
+func (h *Handler) pool(body *reqbody.Body) (*Pool, int, string) {
 	if len(h.o.Pools) == 1 {
 		return &h.o.Pools[0], 0, ""
 	}
-	var m struct {
-		Model string `json:"model"`
-	}
-	if err := json.Unmarshal(body, &m); err != nil {
+	if !body.IsObject() {
 		return nil, http.StatusBadRequest, "this listener serves several pools and picks one by the JSON body's \"model\"; the body is not a JSON object"
 	}
-	if p := h.byModel[m.Model]; p != nil {
+	model, _ := body.String("model")
+	if p := h.byModel[model]; p != nil {
 		return p, 0, ""
 	}
-	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", m.Model)
+	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", model)
 }
 
 // rewrite points the outbound request at the decision's backend. Rewrite
@@ -336,6 +348,7 @@ func (h *Handler) modifyResponse(resp *http.Response) error {
 	for _, t := range att.d.Tokens {
 		resp.Header.Set(t.Name, t.Value)
 	}
+	att.pool.Resolver.Answered(att.d, resp)
 	return nil
 }
 

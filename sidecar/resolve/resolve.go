@@ -20,6 +20,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/token"
@@ -78,6 +79,8 @@ type Decision struct {
 	storeKey string
 	binding  store.Binding // the binding the request follows, when sticky
 	sticky   bool
+	pinned   bool   // only this backend holds the stored response the request names
+	learn    bool   // the request stores a response: bind its id (Answered)
 	avoid    string // a backend the next pick should avoid (overloaded pin)
 }
 
@@ -104,6 +107,13 @@ type Options struct {
 	// StoreKeys turns session keys into store keys; nil: unkeyed SHA-256
 	// (session.StoreKey).
 	StoreKeys *session.KeyHasher
+	// Responses are the Responses API metrics; nil: not exported.
+	Responses *responses.Metrics
+	// ResponseGrace is how long a response id without a binding is looked
+	// up again before it is routed as any request: the time a binding
+	// written by a peer replica may take to arrive (gossip). 0 for stores
+	// where a write is visible to every replica at once (Redis).
+	ResponseGrace time.Duration
 	// Tokens signs the session tokens every decision carries; nil when
 	// the pool has no session tokens. (Keys routes by the tokens of
 	// requests, verified once, by the same codec.)
@@ -135,8 +145,9 @@ type LoadReader interface {
 
 // Resolver makes the sticky decision for one pool.
 type Resolver struct {
-	o Options
-	m poolMetrics
+	o  Options
+	m  poolMetrics
+	rm responseMetrics
 }
 
 // poolMetrics are the resolver's children of the request-path metrics,
@@ -184,13 +195,23 @@ func New(o Options) *Resolver {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Resolver{o: o, m: newPoolMetrics(o.Metrics, o.Pool)}
+	return &Resolver{o: o, m: newPoolMetrics(o.Metrics, o.Pool), rm: newResponseMetrics(o.Responses, o.Pool)}
 }
 
-// Resolve decides the backend for req. It fails only when no backend is
-// selectable; a store error degrades to balancing without stickiness.
+// Resolve decides the backend for req. It fails when no backend is
+// selectable, and with a *responses.LostError when req names a stored
+// response whose backend is gone; a store error degrades to balancing
+// without stickiness.
 func (r *Resolver) Resolve(ctx context.Context, req *http.Request) (*Decision, error) {
-	return r.withTokens(r.resolve(ctx, req))
+	call := responses.Parse(req)
+	d, err, done := r.resolveCall(ctx, call)
+	if !done {
+		d, err = r.resolve(ctx, req)
+	}
+	if err == nil {
+		d.learn = call.Kind == responses.Create && call.Stores
+	}
+	return r.withTokens(d, err)
 }
 
 func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, error) {
@@ -232,8 +253,11 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision) (*Decision, error) {
 	// that is the backend known to be dead.
 	r.o.Failed.Mark(d.Backend.ID)
 	r.m.failures().Inc()
+	if d.pinned {
+		return nil, ErrPinned
+	}
 	set := r.o.Backends.Current()
-	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey}
+	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, learn: d.learn}
 	if !d.sticky {
 		return r.withTokens(r.unsticky(set, nd))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/token"
@@ -27,6 +28,8 @@ type poolDeps struct {
 	metrics *metrics.Metrics
 	scrapes *http.Client
 	keys    *session.KeyHasher
+	// responses are the Responses API routing metrics.
+	responses *responses.Metrics
 }
 
 // poolView is what the debug listener shows of a pool.
@@ -77,6 +80,10 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
 		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
 		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, StoreKeys: sh.keys,
+		Responses: sh.responses,
+	}
+	if s.cfg.Store.Backend == config.StoreGossip {
+		ro.ResponseGrace = responseGrace
 	}
 	var extractOpts []session.Option
 	if tc := pc.SessionToken; tc != nil {

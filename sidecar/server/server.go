@@ -23,6 +23,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
@@ -135,6 +136,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	shared := poolDeps{
 		deps: deps, store: st, claims: claims, metrics: metrics.New(s.reg),
 		failed: s.failed, scrapes: &http.Client{Transport: scrapeTransport}, keys: s.keys,
+		responses: responses.NewMetrics(s.reg),
 	}
 	listenerMetrics := newListenerMetrics(s.reg)
 	transport := proxy.NewTransport(proxy.TransportOptions{
@@ -156,9 +158,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			names = append(names, pp.Name)
 			lpools = append(lpools, limitPool{ttl: cfg.Pools[i].SessionSticky.TTL(), src: s.sources[pp.Name]})
 		}
+		fields, err := bodyFields(cfg, l)
+		if err != nil {
+			return nil, err
+		}
 		h := proxy.New(proxy.Options{
 			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes, BodyReadTimeout: cfg.Proxy.BodyReadTimeout.Duration,
-			Transport: transport, Metrics: shared.metrics, AccessLog: log,
+			Transport: transport, Metrics: shared.metrics, AccessLog: log, Body: fields,
 		})
 		active, shed := listenerMetrics.of(l.Addr)
 		s.listeners = append(s.listeners, &listener{pools: names, srv: &http.Server{

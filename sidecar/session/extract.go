@@ -1,5 +1,5 @@
 // Package session reads a request's session key: a pool's sources
-// (Header, Query, Cookie, JWTClaim, Token) tried in order, the first
+// (Header, Query, Cookie, JWTClaim, Token, Body) tried in order, the first
 // non-empty value winning, and hashes it into the store key that stands in
 // for it everywhere else (StoreKey). It knows no stores and no backends:
 // the resolver turns the Key into a decision.
@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/token"
 )
 
@@ -94,7 +95,7 @@ func NewExtractor(sources []config.Source, claims ClaimReader, opts ...Option) *
 		case config.SourceJWTClaim:
 			src.jwt = len(e.jwtNames)
 			e.jwtNames = append(e.jwtNames, s.Name)
-		case config.SourceQuery, config.SourceCookie:
+		case config.SourceQuery, config.SourceCookie, config.SourceBody:
 		default:
 			continue // config.Validate rejects it; never match it here
 		}
@@ -114,7 +115,10 @@ func NewExtractor(sources []config.Source, claims ClaimReader, opts ...Option) *
 // from the `Authorization: Bearer` token (scheme case-insensitive) only if
 // the ClaimReader verified it; a Token source reads header Name like a
 // Header source but only a token the codec verifies (the key is then the
-// token, and Key.Token its payload). Values longer than MaxKeyBytes are
+// token, and Key.Token its payload); a Body source reads the string at
+// its dotted path in the JSON body the proxy buffered (reqbody: scanned
+// once per request for every field the listener reads; other JSON types
+// yield nothing). Values longer than MaxKeyBytes are
 // absent. The query string and the bearer token are each parsed at most
 // once, and a token's MAC is checked once.
 func (e *Extractor) Extract(r *http.Request) Key {
@@ -157,6 +161,8 @@ func (e *Extractor) Extract(r *http.Request) Key {
 			if cs := r.CookiesNamed(s.name); len(cs) > 0 {
 				v = cs[0].Value
 			}
+		case config.SourceBody:
+			v, _ = reqbody.FromContext(r.Context()).String(s.name)
 		case config.SourceJWTClaim:
 			if !jwtDone {
 				jwtDone = true

@@ -30,6 +30,8 @@ type Server struct {
 	mu    sync.Mutex // guards cache
 	cache *prefixCache
 
+	responses *responseStore // the Responses API's stored responses
+
 	laneMu   sync.Mutex // guards laneFree
 	laneFree time.Time  // SerialPrefill: when the prefill lane is next idle
 
@@ -44,11 +46,12 @@ type Server struct {
 func New(o Options) *Server {
 	o.setDefaults()
 	s := &Server{
-		opts:    o,
-		timing:  newTiming(o.PrefillPerToken, o.DecodePerToken),
-		queue:   &admission{max: o.MaxRunning},
-		cache:   newPrefixCache(o.CacheBlocks),
-		created: time.Now().Unix(),
+		opts:      o,
+		timing:    newTiming(o.PrefillPerToken, o.DecodePerToken),
+		queue:     &admission{max: o.MaxRunning},
+		cache:     newPrefixCache(o.CacheBlocks),
+		created:   time.Now().Unix(),
+		responses: &responseStore{m: map[string]*stored{}, max: o.MaxStoredResponses},
 	}
 	s.metrics = newMetrics(s)
 	mux := http.NewServeMux()
@@ -61,6 +64,11 @@ func New(o Options) *Server {
 	}
 	route("POST", "/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Chat) })
 	route("POST", "/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Completion) })
+	mux.HandleFunc("POST /v1/responses", s.createResponse)
+	mux.HandleFunc("GET /v1/responses/{id}", s.getResponse)
+	mux.HandleFunc("DELETE /v1/responses/{id}", s.deleteResponse)
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.cancelResponse)
+	mux.HandleFunc("GET /v1/responses/{id}/input_items", s.inputItems)
 	route("GET", "/v1/models", s.models)
 	route("GET", "/health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	route("GET", "/metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP)
