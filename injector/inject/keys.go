@@ -33,10 +33,14 @@ const (
 	AnnotationPrefillSelector = Prefix + "prefill-selector"
 	AnnotationDecodeSelector  = Prefix + "decode-selector"
 	AnnotationPDGroupLabel    = Prefix + "pd-group-label"
-	AnnotationAffinity        = Prefix + "affinity"
-	AnnotationListenPort      = Prefix + "listen-port"
-	AnnotationAdminPort       = Prefix + "admin-port"
-	AnnotationGossipPort      = Prefix + "gossip-port"
+	// AnnotationModelServer names a Kthena ModelServer in the pod's
+	// namespace that defines the pool (its pods, port, model, timeout and
+	// sessionSticky) instead of the backend and session annotations.
+	AnnotationModelServer = Prefix + "model-server"
+	AnnotationAffinity    = Prefix + "affinity"
+	AnnotationListenPort  = Prefix + "listen-port"
+	AnnotationAdminPort   = Prefix + "admin-port"
+	AnnotationGossipPort  = Prefix + "gossip-port"
 
 	AnnotationStore               = Prefix + "store"
 	AnnotationRedisAddress        = Prefix + "redis-address"
@@ -89,7 +93,7 @@ var injectorLabels = []string{LabelInjected, LabelGossipPort}
 var poolKeys = []string{
 	AnnotationPool, AnnotationSources, AnnotationTTL,
 	AnnotationBackendSelector, AnnotationBackendPort,
-	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel,
+	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel, AnnotationModelServer,
 	AnnotationAffinity, AnnotationListenPort, AnnotationRedisAddress,
 	AnnotationRedisUsername, AnnotationRedisTLS,
 	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience,

@@ -40,6 +40,10 @@ type Pool struct {
 	// (config.Pool.RoutingHeaders): every pool's on the listener are
 	// removed from every request before forwarding.
 	StripHeaders []string
+	// Serves, when set, reports whether the pool serves a model that is
+	// not in Models: a pool defined by a ModelServer, whose model changes
+	// with the object. Pools of a shared listener are asked in order.
+	Serves func(model string) bool
 
 	m poolMetrics
 }
@@ -209,6 +213,11 @@ func (h *Handler) pool(body []byte) (*Pool, int, string) {
 	if p := h.byModel[m.Model]; p != nil {
 		return p, 0, ""
 	}
+	for i := range h.o.Pools {
+		if s := h.o.Pools[i].Serves; s != nil && s(m.Model) {
+			return &h.o.Pools[i], 0, ""
+		}
+	}
 	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", m.Model)
 }
 
@@ -224,7 +233,8 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // modifyResponse writes the session tokens of the decision that answered
-// (after a retry, the second one), replacing any a backend set.
+// (after a retry, the second one), replacing any a backend set, and adds
+// its token cookie beside the backend's own cookies.
 func (h *Handler) modifyResponse(resp *http.Response) error {
 	att, _ := resp.Request.Context().Value(attemptKey{}).(*attempt)
 	if att == nil {
@@ -232,6 +242,9 @@ func (h *Handler) modifyResponse(resp *http.Response) error {
 	}
 	for _, t := range att.d.Tokens {
 		resp.Header.Set(t.Name, t.Value)
+	}
+	for _, c := range att.d.Cookies {
+		resp.Header.Add("Set-Cookie", c)
 	}
 	return nil
 }
@@ -280,7 +293,11 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *retryTransport) roundTrip(req *http.Request, att *attempt) (*http.Response, error) {
 	start := t.now()
-	resp, err := t.base.RoundTrip(req)
+	var timeout time.Duration
+	if att != nil {
+		timeout = att.d.Timeout
+	}
+	resp, err := withHeaderTimeout(req, timeout, t.base.RoundTrip)
 	if att != nil {
 		att.start, att.header = start, t.now().Sub(start)
 	}

@@ -55,6 +55,7 @@ type Codec struct {
 	cur, prev             []byte
 	allowUnsigned         bool
 	header, prefillHeader string
+	cookie                cookie
 }
 
 // New reads the keys of cfg. Key files hold the raw key; surrounding
@@ -72,6 +73,7 @@ func New(pool string, cfg *config.SessionToken) (*Codec, error) {
 	}
 	c := NewWithKeys(pool, cur, prev, cfg.AllowUnsigned)
 	c.header, c.prefillHeader = cfg.Header, cfg.PrefillHeader
+	c.cookie = cookieOf(cfg.Cookie)
 	return c, nil
 }
 
@@ -98,7 +100,8 @@ func NewWithKeys(pool string, cur, prev []byte, allowUnsigned bool) *Codec {
 // Token sources read back).
 func (c *Codec) Header() string { return c.header }
 
-// PrefillHeader is the response header of a PD pair's prefill token.
+// PrefillHeader is the header of a PD pair's prefill token, written to
+// responses and read back from requests (llm-d's x-session-token-prefill).
 func (c *Codec) PrefillHeader() string { return c.prefillHeader }
 
 // Sign returns the token of backend (and prefill, in PD pools), placed at since.
