@@ -142,8 +142,8 @@ func TestParseErrors(t *testing.T) {
 func TestStickyRulesAtRunTime(t *testing.T) {
 	for doc, want := range map[string]string{
 		"{sessionAffinitySeconds: 0, sources: [{type: Header, name: X}]}": "spec.trafficPolicy.sessionSticky.sessionAffinitySeconds: must be at least 1 when set, got 0",
-		"{sessionAffinitySeconds: 30}":                                     "spec.trafficPolicy.sessionSticky.sources: at least one source is required",
-		"{sources: [{type: Bogus, name: X}]}":                              `spec.trafficPolicy.sessionSticky.sources[0].type: unknown source type "Bogus"`,
+		"{sessionAffinitySeconds: 30}":                                    "spec.trafficPolicy.sessionSticky.sources: at least one source is required",
+		"{sources: [{type: Bogus, name: X}]}":                             `spec.trafficPolicy.sessionSticky.sources[0].type: unknown source type "Bogus"`,
 	} {
 		d, err := Parse(object(t, header+"spec:\n  workloadSelector: {matchLabels: {app: ds}}\n  workloadPort: {port: 8000}\n  trafficPolicy: {sessionSticky: "+doc+"}\n"))
 		if err != nil {

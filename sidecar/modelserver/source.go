@@ -149,7 +149,9 @@ func (s *Source) Definition() *Definition { return s.state.Load().def }
 func (s *Source) Run(ctx context.Context) error {
 	name := s.o.Ref.Name
 	inf := dynamicinformer.NewFilteredDynamicInformer(s.o.Dynamic, GVR, s.o.Ref.Namespace, 0, cache.Indexers{},
-		func(lo *metav1.ListOptions) { lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String() })
+		func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		})
 	deliver := func(obj any, deleted bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
