@@ -76,6 +76,10 @@ type state struct {
 	def    *Definition // nil while the pool is down
 	inner  *innerSource
 	policy resolve.Policy
+	// model is the last applied version's model, kept while the pool is
+	// down so that its requests get the pool's 503, which says why, and
+	// not a shared listener's 404.
+	model string
 }
 
 // innerSource is the pod discovery of one version's backends.
@@ -133,11 +137,11 @@ func (s *Source) Synced() bool { return s.synced.Load() }
 // Policy is the pool's policy now: for resolve.Options.Policy.
 func (s *Source) Policy() resolve.Policy { return s.state.Load().policy }
 
-// Serves reports whether model is the object's spec.model: for
-// proxy.Pool.Serves.
+// Serves reports whether model is the object's spec.model (the last one
+// applied, while the pool is down): for proxy.Pool.Serves.
 func (s *Source) Serves(model string) bool {
-	d := s.state.Load().def
-	return d != nil && d.Model != "" && d.Model == model
+	m := s.state.Load().model
+	return m != "" && m == model
 }
 
 // Definition is the applied version of the object; nil while down.
@@ -237,7 +241,7 @@ func (s *Source) apply(ctx context.Context, obj *unstructured.Unstructured) {
 		s.applied = obj.GetResourceVersion()
 	}
 	if obj == nil {
-		s.publish(&state{policy: resolve.Policy{Down: s.downErr("does not exist (deleted, or not created yet)")}})
+		s.publish(&state{model: old.model, policy: resolve.Policy{Down: s.downErr("does not exist (deleted, or not created yet)")}})
 		s.stopInner(old.inner)
 		s.m.event(eventDeleted)
 		log.Warn("ModelServer not found: the pool answers 503 until it exists again")
@@ -250,7 +254,7 @@ func (s *Source) apply(ctx context.Context, obj *unstructured.Unstructured) {
 			log.Error("ModelServer edit refused, keeping the previous version", "generation", obj.GetGeneration(), "err", err)
 			return
 		}
-		s.publish(&state{policy: resolve.Policy{Down: s.downErr("is invalid: " + err.Error())}})
+		s.publish(&state{model: old.model, policy: resolve.Policy{Down: s.downErr("is invalid: " + err.Error())}})
 		s.stopInner(old.inner)
 		log.Error("ModelServer is invalid: the pool answers 503 until it is fixed", "generation", obj.GetGeneration(), "err", err)
 		return
@@ -266,7 +270,7 @@ func (s *Source) apply(ctx context.Context, obj *unstructured.Unstructured) {
 			return // ctx ended while listing pods
 		}
 	}
-	s.publish(&state{def: def, inner: inner, policy: s.policyOf(def)})
+	s.publish(&state{def: def, inner: inner, policy: s.policyOf(def), model: def.Model})
 	if inner != old.inner {
 		s.stopInner(old.inner)
 	}

@@ -176,8 +176,11 @@ func TestSourceFollowsTheObject(t *testing.T) {
 	if err := f.src.Policy().Down; !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "ModelServer llm/ds does not exist") {
 		t.Fatalf("down error %v", err)
 	}
-	if f.src.Current().Len() != 0 || f.src.Serves("m2") || testutil.ToFloat64(f.src.m.available) != 0 {
-		t.Fatal("a deleted ModelServer's pool still has backends or a model")
+	if f.src.Current().Len() != 0 || f.src.Definition() != nil || testutil.ToFloat64(f.src.m.available) != 0 {
+		t.Fatal("a deleted ModelServer's pool still has backends")
+	}
+	if !f.src.Serves("m2") {
+		t.Fatal("a deleted ModelServer's model must still pick its pool (for its 503)")
 	}
 	if !strings.Contains(f.logs.String(), "ModelServer not found: the pool answers 503") {
 		t.Fatalf("no log line for the deletion:\n%s", f.logs)

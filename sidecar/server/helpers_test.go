@@ -78,13 +78,20 @@ type sidecar struct {
 // the server and waits until it is ready.
 func startSidecar(t testing.TB, doc string) *sidecar {
 	t.Helper()
+	return startSidecarWith(t, doc, server.Deps{})
+}
+
+// startSidecarWith is startSidecar with Kubernetes clients (fakes) and
+// the pod's identity.
+func startSidecarWith(t testing.TB, doc string, deps server.Deps) *sidecar {
+	t.Helper()
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
 	logs := &testkit.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	srv, err := server.New(context.Background(), cfg, log, server.Deps{})
+	srv, err := server.New(context.Background(), cfg, log, deps)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
