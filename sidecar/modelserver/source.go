@@ -241,10 +241,11 @@ func (s *Source) apply(ctx context.Context, obj *unstructured.Unstructured) {
 		s.applied = obj.GetResourceVersion()
 	}
 	if obj == nil {
+		// The log line comes first: whoever sees the 503 finds it.
+		log.Warn("ModelServer not found: the pool answers 503 until it exists again")
+		s.m.event(eventDeleted)
 		s.publish(&state{model: old.model, policy: resolve.Policy{Down: s.downErr("does not exist (deleted, or not created yet)")}})
 		s.stopInner(old.inner)
-		s.m.event(eventDeleted)
-		log.Warn("ModelServer not found: the pool answers 503 until it exists again")
 		return
 	}
 	def, err := s.parse(obj)
@@ -254,9 +255,9 @@ func (s *Source) apply(ctx context.Context, obj *unstructured.Unstructured) {
 			log.Error("ModelServer edit refused, keeping the previous version", "generation", obj.GetGeneration(), "err", err)
 			return
 		}
+		log.Error("ModelServer is invalid: the pool answers 503 until it is fixed", "generation", obj.GetGeneration(), "err", err)
 		s.publish(&state{model: old.model, policy: resolve.Policy{Down: s.downErr("is invalid: " + err.Error())}})
 		s.stopInner(old.inner)
-		log.Error("ModelServer is invalid: the pool answers 503 until it is fixed", "generation", obj.GetGeneration(), "err", err)
 		return
 	}
 	inner := old.inner
