@@ -71,7 +71,22 @@ func podObject(p *podServer, labels map[string]string) *corev1.Pod {
 // x-session-token-prefill the prefill pod, and every turn goes to exactly
 // that pair, where without the prefill token the prefill pod would be any
 // of the group's. The response carries both tokens under the same names.
+// The prefill header's name is configurable (sessionToken.prefillHeader).
 func TestLLMDTokensPinBothHalves(t *testing.T) {
+	for _, prefillHeader := range []string{"", "x-prefill-pin"} {
+		name := prefillHeader
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) { testLLMDTokens(t, prefillHeader) })
+	}
+}
+
+func testLLMDTokens(t *testing.T, prefillHeader string) {
+	yamlHeader, readHeader := "", "x-session-token-prefill" // llm-d's name, the default
+	if prefillHeader != "" {
+		yamlHeader, readHeader = ", prefillHeader: "+prefillHeader, prefillHeader
+	}
 	p0, p1, p2, d0 := startPodServer(t, "p-0"), startPodServer(t, "p-1"), startPodServer(t, "p-2"), startPodServer(t, "d-0")
 	prefill := map[string]string{"role": "prefill", "pd-group": "a"}
 	objs := []runtime.Object{
@@ -85,12 +100,12 @@ pools:
   - name: llm/pd
     sessionSticky:
       sources: [{type: Token, name: x-session-token}, {type: Header, name: X-Session-ID}]
-    sessionToken: {keyFile: %s, allowUnsigned: true}
+    sessionToken: {keyFile: %s, allowUnsigned: true%s}
     backends:
       prefill: {selector: role=prefill, portName: http}
       decode: {selector: role=decode, portName: http}
       groupLabel: pd-group
-`, writeKey(t))
+`, writeKey(t), yamlHeader)
 	sc := startSidecarWith(t, doc, server.Deps{Kube: fake.NewClientset(objs...), Namespace: "llm"})
 	plain := func(name string) string { return base64.StdEncoding.EncodeToString([]byte(name)) }
 	send := func(set func(*http.Request)) (*http.Response, string) {
@@ -117,13 +132,13 @@ pools:
 		for i := 0; i < 8; i++ {
 			resp, got := send(func(r *http.Request) {
 				r.Header.Set("x-session-token", plain("llm/d-0"))
-				r.Header.Set("x-session-token-prefill", plain("llm/"+want.name))
+				r.Header.Set(readHeader, plain("llm/"+want.name))
 			})
 			if got != want.srv.Listener.Addr().String() {
 				t.Fatalf("turn %d pinned to %s: the decode pod was given prefill %s, want %s", i, want.name, got, want.srv.Listener.Addr())
 			}
-			if resp.Header.Get("x-session-token") == "" || resp.Header.Get("x-session-token-prefill") == "" {
-				t.Fatalf("response tokens: %q %q", resp.Header.Get("x-session-token"), resp.Header.Get("x-session-token-prefill"))
+			if resp.Header.Get("x-session-token") == "" || resp.Header.Get(readHeader) == "" {
+				t.Fatalf("response tokens: %q, %s %q", resp.Header.Get("x-session-token"), readHeader, resp.Header.Get(readHeader))
 			}
 		}
 	}
@@ -137,7 +152,7 @@ pools:
 	for i := 0; i < 6; i++ {
 		if _, got := send(func(r *http.Request) {
 			r.Header.Set("x-session-token", resp.Header.Get("x-session-token"))
-			r.Header.Set("x-session-token-prefill", resp.Header.Get("x-session-token-prefill"))
+			r.Header.Set(readHeader, resp.Header.Get(readHeader))
 		}); got != first {
 			t.Fatalf("echoed tokens: prefill %s, the pair's is %s", got, first)
 		}
