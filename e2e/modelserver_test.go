@@ -230,6 +230,61 @@ func TestScenario12ModelServer(t *testing.T) {
 	})
 }
 
+// TestScenario12ModelServerPD: a ModelServer with a pdGroup defines a PD
+// pool: prefill and decode pods are matchLabels plus their role's labels,
+// pairs form only inside one value of groupKey, every turn of a session
+// goes to its whole pair, and a pod outside every group is never paired.
+func TestScenario12ModelServerPD(t *testing.T) {
+	e := newEnv(t, "s12pd")
+	e.c.InstallModelServerCRD(t)
+	e.c.ModelServerReaderRole(t, e.ns, "router")
+	group := map[string]string{}
+	add := func(name, role, g, ip string) {
+		e.addPod(name, ip, map[string]string{"app": "ds", "role": role, "pd-group": g})
+		group[name] = g
+	}
+	add("p-a0", "prefill", "a", "127.0.0.2")
+	add("p-a1", "prefill", "a", "127.0.0.3")
+	add("d-a0", "decode", "a", "127.0.0.4")
+	add("p-b0", "prefill", "b", "127.0.0.5")
+	add("d-b0", "decode", "b", "127.0.0.6")
+	e.addPod("p-nogroup", "127.0.0.7", map[string]string{"app": "ds", "role": "prefill"})
+
+	ms := modelServer("ds", e.port, headerSticky(300, "X-Session-ID"))
+	ms.Object["spec"].(map[string]any)["workloadSelector"] = map[string]any{
+		"matchLabels": map[string]any{"app": "ds"},
+		"pdGroup": map[string]any{"groupKey": "pd-group",
+			"prefillLabels": map[string]any{"role": "prefill"}, "decodeLabels": map[string]any{"role": "decode"}},
+	}
+	if _, err := e.c.Dynamic(t).Resource(cluster.ModelServerGVR).Namespace(e.ns).Create(t.Context(), ms, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.startModelServerRouter("router-0", "127.0.1.1", "ds")
+	r.waitSelectable("prefill", 3)
+	r.waitSelectable("decode", 2)
+
+	for i := 0; i < 8; i++ {
+		s := fmt.Sprintf("s12pd-%d", i)
+		var first [2]string
+		for j := 0; j < 3; j++ {
+			decode := r.turn(s)
+			a := r.lastAccess(s)
+			prefill := strings.TrimPrefix(a.PrefillPod, e.ns+"/")
+			if prefill == "" || group[prefill] == "" || group[prefill] != group[decode] {
+				t.Fatalf("session %s: prefill %q and decode %s are not one group's pair (access log %+v)", s, prefill, decode, a)
+			}
+			if j == 0 {
+				first = [2]string{prefill, decode}
+			} else if pair := [2]string{prefill, decode}; pair != first {
+				t.Fatalf("session %s moved from pair %v to %v", s, first, pair)
+			}
+		}
+		if b, ok := r.binding(s); !ok || !strings.Contains(b.Prefill, "/"+first[0]+"/") {
+			t.Fatalf("session %s binding %+v does not record prefill pod %s", s, b, first[0])
+		}
+	}
+}
+
 // TestScenario12ModelServerTTLZero: Kthena's admission refuses an
 // explicit sessionAffinitySeconds: 0 (minimum 1 when set), and so does the
 // API server with the CRD, naming the field.
