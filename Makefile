@@ -151,8 +151,8 @@ FUZZ_TARGETS := \
   FuzzExtract:./sidecar/session FuzzClaim:./sidecar/jwtauth FuzzParse:./sidecar/config \
   FuzzDecode:./sidecar/store/gossip FuzzParseBinding:./sidecar/store/redisstore \
   FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook \
-  FuzzInject:./injector/manifest FuzzTokenExtract:./sidecar/session FuzzVerify:./sidecar/token \
-  FuzzParse:./sidecar/modelserver
+  FuzzInject:./injector/manifest FuzzVerify:./sidecar/token FuzzKeyOf:./sidecar/store/internal/table \
+  FuzzTokenExtract:./sidecar/session FuzzParse:./sidecar/modelserver
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} ($${t#*:}) for $(FUZZTIME)"; \

@@ -27,7 +27,7 @@ import (
 
 // ErrUnavailable is wrapped by the error a pool fails requests with while
 // it has no usable ModelServer.
-var ErrUnavailable = errors.New("pool unavailable")
+var ErrUnavailable = resolve.ErrUnavailable
 
 // Options wire a Source.
 type Options struct {

@@ -28,6 +28,11 @@ import (
 // ErrNoBackend means the pool has no selectable backend (or pair) now.
 var ErrNoBackend = errors.New("no selectable backend")
 
+// ErrUnavailable is wrapped by a Policy's Down error: the pool has no
+// usable definition (its ModelServer was deleted or is invalid). The
+// error says why and names no backend, so the client may see it.
+var ErrUnavailable = errors.New("pool unavailable")
+
 // Extractor finds a request's session key (session.Extractor; tests fake it).
 type Extractor interface {
 	Extract(r *http.Request) session.Key
@@ -64,7 +69,7 @@ type Decision struct {
 	Prefill discovery.Backend
 	Outcome Outcome
 	Source  config.SourceType // the source type that yielded the key; "" without key
-	KeyHash string            // short hash of the key for logs; never the key
+	KeyHash string            // the store key (a hash of pool and key) for logs and /debug/bindings; never the key
 	// StoreError is set when the store failed and stickiness was skipped.
 	StoreError bool
 	// Since is when the session was placed on Backend (the binding's or
@@ -130,6 +135,9 @@ type Options struct {
 	Affinity Affinity
 	// Load reports scraped queue lengths (soft affinity); nil without scraping.
 	Load LoadReader
+	// StoreKeys turns session keys into store keys; nil: unkeyed SHA-256
+	// (session.StoreKey).
+	StoreKeys *session.KeyHasher
 	// Tokens signs the session tokens every decision carries; nil when
 	// the pool has no session tokens. (Keys routes by the tokens of
 	// requests, verified once, by the same codec.)
@@ -245,9 +253,9 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 	if key.Value == "" {
 		return r.unsticky(set, &Decision{pol: pol, Timeout: pol.Timeout})
 	}
-	// One hash serves the store and the log (its first 12 hex digits).
-	sk := session.StoreKey(r.o.Pool, key.Value)
-	d := &Decision{Source: key.Source, KeyHash: sk[:session.ShortHashLen], pol: pol, Timeout: pol.Timeout}
+	// One hash serves the store, the log and /debug/bindings?keyHash=.
+	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
+	d := &Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout}
 	if key.Source == config.SourceToken {
 		return r.fromToken(set, d, key.Token)
 	}
@@ -287,11 +295,15 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision) (*Decision, error) {
 }
 
 // withTokens makes a decision carry the session tokens of its placement:
-// the backend (and prefill backend) it goes to, placed at d.Since. A pool
-// without sessionSticky has no session to carry.
+// the backend (and prefill backend) it goes to, placed at d.Since, valid
+// for the pool's TTL from now. Only a request with a session key (a token
+// included) gets one: a keyless request has no session to keep. Two
+// exceptions: a pool without sessionSticky has no sessions at all, and a
+// pool with a token cookie gives a keyless request one anyway, since for
+// a browser the cookie is the session (HAProxy's "cookie insert").
 func (r *Resolver) withTokens(d *Decision, err error) (*Decision, error) {
 	c := r.o.Tokens
-	if err != nil || c == nil || d.Backend.ID == "" || d.pol.Keys == nil {
+	if err != nil || c == nil || d.Backend.ID == "" || d.pol.Keys == nil || (d.Source == "" && c.CookieName() == "") {
 		return d, err
 	}
 	main := c.Sign(d.Backend.ID, d.Prefill.ID, d.Since)
@@ -316,9 +328,9 @@ func (r *Resolver) rebind(ctx context.Context, set *discovery.Set, d *Decision, 
 	if reason == ReasonOverload {
 		r.m.broken().Inc()
 		d.avoid = old.Pod
-		return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, Broken)
+		return r.bind(ctx, set, d, store.Binding{Gen: store.NextGeneration(old.Gen)}, Broken)
 	}
-	return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, Rebind)
+	return r.bind(ctx, set, d, store.Binding{Gen: store.NextGeneration(old.Gen)}, Rebind)
 }
 
 // overloaded is soft affinity's test of a pin on be, placed at since:

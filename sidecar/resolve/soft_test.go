@@ -262,7 +262,7 @@ func TestDecisionCarriesTokenCookie(t *testing.T) {
 	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	codec, err := token.New("ns/pool", &config.SessionToken{Header: "x-session-token", KeyFile: key,
+	codec, err := token.New("ns/pool", 5*time.Minute, &config.SessionToken{Header: "x-session-token", KeyFile: key,
 		Cookie: &config.TokenCookie{Name: "sid", SameSite: config.SameSiteLax}})
 	if err != nil {
 		t.Fatal(err)

@@ -75,10 +75,15 @@ type sidecar struct {
 }
 
 // startSidecar parses doc (YAML; listen addresses may use port 0), starts
-// the server and waits until it is ready.
-func startSidecar(t testing.TB, doc string) *sidecar {
+// the server with deps (the zero Deps but for what the options set) and
+// waits until it is ready.
+func startSidecar(t testing.TB, doc string, opts ...func(*server.Deps)) *sidecar {
 	t.Helper()
-	return startSidecarWith(t, doc, server.Deps{})
+	var deps server.Deps
+	for _, o := range opts {
+		o(&deps)
+	}
+	return startSidecarWith(t, doc, deps)
 }
 
 // startSidecarWith is startSidecar with Kubernetes clients (fakes) and
@@ -90,7 +95,11 @@ func startSidecarWith(t testing.TB, doc string, deps server.Deps) *sidecar {
 		t.Fatalf("config: %v", err)
 	}
 	logs := &testkit.SyncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
+	hopts := &slog.HandlerOptions{}
+	if deps.LogLevel != nil {
+		hopts.Level = deps.LogLevel
+	}
+	log := slog.New(slog.NewJSONHandler(logs, hopts))
 	srv, err := server.New(context.Background(), cfg, log, deps)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)

@@ -29,6 +29,15 @@ type poolDeps struct {
 	failed  *resolve.FailSet
 	metrics *metrics.Metrics
 	scrapes *http.Client
+	keys    *session.KeyHasher
+}
+
+// poolView is what the debug listener shows of a pool.
+type poolView struct {
+	cfg  config.Pool
+	src  discovery.Source
+	bal  *balance.Balancer
+	load *loadscrape.Scraper // nil without load scraping
 }
 
 // newPool wires one pool: its discovery, load scraping, balancer, session
@@ -44,7 +53,10 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	var codec *token.Codec
 	if tc := pc.SessionToken; tc != nil {
 		var err error
-		if codec, err = token.New(pc.Name, tc); err != nil {
+		// Tokens expire the pool's TTL after they are issued. A
+		// ModelServer's TTL is known only at run time and may change, so
+		// its pool's tokens carry no expiry (ttl 0).
+		if codec, err = token.New(pc.Name, pc.SessionSticky.TTL(), tc); err != nil {
 			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
 		}
 		extractOpts = append(extractOpts, session.WithTokens(codec))
@@ -68,6 +80,8 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	}
 	s.sources[pc.Name] = src
 	s.background = append(s.background, lifecycle.Part{Name: "discovery of " + pc.Name, Run: src.Run})
+	view := &poolView{cfg: pc, src: src}
+	s.pools = append(s.pools, view)
 	var balOpts []balance.Option
 	var load resolve.LoadReader
 	if lc := pc.Load(); lc != nil {
@@ -76,13 +90,14 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 		})
 		s.background = append(s.background, lifecycle.Part{Name: "load scrapes of " + pc.Name, Run: sc.Run})
 		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
-		load = sc
+		load, view.load = sc, sc
 	}
 	bal := balance.New(balOpts...)
+	view.bal = bal
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
 		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
-		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, Tokens: codec,
+		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, Tokens: codec, StoreKeys: sh.keys,
 	}
 	if pc.SessionSticky != nil {
 		ro.Keys = keys(pc.SessionSticky)

@@ -100,7 +100,7 @@ func TestTokenCookieSource(t *testing.T) {
 	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	codec, err := token.New("p", &config.SessionToken{Header: "x-session-token", PrefillHeader: "x-session-token-prefill", KeyFile: key,
+	codec, err := token.New("p", 5*time.Minute, &config.SessionToken{Header: "x-session-token", PrefillHeader: "x-session-token-prefill", KeyFile: key,
 		Cookie: &config.TokenCookie{Name: "tether-session", SameSite: config.SameSiteLax}})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func FuzzTokenExtract(f *testing.F) {
 	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
 		f.Fatal(err)
 	}
-	codec, err := token.New("p", &config.SessionToken{Header: "x-session-token", PrefillHeader: "x-session-token-prefill", KeyFile: key,
+	codec, err := token.New("p", 5*time.Minute, &config.SessionToken{Header: "x-session-token", PrefillHeader: "x-session-token-prefill", KeyFile: key,
 		AllowUnsigned: true, Cookie: &config.TokenCookie{Name: "tether-session", SameSite: config.SameSiteLax}})
 	if err != nil {
 		f.Fatal(err)
