@@ -404,7 +404,28 @@ type Affinity struct {
 	// rebind) soft affinity leaves it alone, so sessions do not flap.
 	// SetDefaults sets DefaultAffinityCooldown in soft pools.
 	Cooldown Duration `json:"cooldown,omitzero"`
+	// Placement is how a new or moved session chooses its backend (README
+	// "Placement"); "" is PlacementHash.
+	Placement Placement `json:"placement,omitempty"`
+	// HashEpsilon bounds hashed placement: a backend loaded more than
+	// (1+ε) × the mean (plus one request) is passed over. nil is
+	// balance.DefaultHashEpsilon (0.25).
+	HashEpsilon *float64 `json:"hashEpsilon,omitempty"`
 }
+
+// Placement is how a pool places a session that has no usable binding.
+type Placement string
+
+// Placements.
+const (
+	// PlacementHash places by the session key (rendezvous hashing with
+	// bounded loads): every replica proposes the same backend for a key,
+	// and routes by it while the store is down.
+	PlacementHash Placement = "hash"
+	// PlacementLeastLoaded places on the least-loaded backend (power of
+	// two choices among near-equals), as before hashing existed.
+	PlacementLeastLoaded Placement = "leastLoaded"
+)
 
 // AffinityMode is a pool's pinning policy.
 type AffinityMode string

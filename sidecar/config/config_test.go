@@ -294,6 +294,8 @@ func TestValidation(t *testing.T) {
 		{"affinity maxWaiting", doc("", pool("affinity: {maxWaiting: -1}")), `pools[0].affinity.maxWaiting: must be 0 or more, got -1`},
 		{"affinity loadMargin", doc("", pool("affinity: {loadMargin: -2}")), `pools[0].affinity.loadMargin: must be 0 or more, got -2`},
 		{"affinity cooldown", doc("", pool("affinity: {mode: soft, cooldown: -1s}")), `pools[0].affinity.cooldown: must not be negative, got -1s`},
+		{"affinity placement", doc("", pool("affinity: {placement: random}")), `pools[0].affinity.placement: unknown placement "random" (want hash or leastLoaded)`},
+		{"affinity hashEpsilon", doc("", pool("affinity: {hashEpsilon: -0.5}")), `pools[0].affinity.hashEpsilon: must be between 0 and 10, got -0.5`},
 		{"soft without load", doc("", pool("affinity: {mode: soft}", "loadMetrics: {enabled: false}")), `pools[0].affinity.mode: soft affinity needs loadMetrics`},
 		{"load interval", doc("", pool("loadMetrics: {interval: -1s}")), `pools[0].loadMetrics.interval: must be positive, got -1s`},
 		{"load timeout", doc("", pool("loadMetrics: {interval: 1s, timeout: 2s}")), `pools[0].loadMetrics.timeout: must be positive and at most interval (1s), got 2s`},

@@ -271,6 +271,14 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	if p.Affinity.Cooldown.Duration < 0 {
 		e.add(f+".affinity.cooldown", "must not be negative, got %s", p.Affinity.Cooldown)
 	}
+	switch p.Affinity.Placement {
+	case "", PlacementHash, PlacementLeastLoaded:
+	default:
+		e.add(f+".affinity.placement", "unknown placement %q (want hash or leastLoaded)", p.Affinity.Placement)
+	}
+	if eps := p.Affinity.HashEpsilon; eps != nil && !(*eps >= 0 && *eps <= 10) {
+		e.add(f+".affinity.hashEpsilon", "must be between 0 and 10, got %v", *eps)
+	}
 	if p.Affinity.Mode == AffinitySoft && p.Load() == nil {
 		e.add(f+".affinity.mode", "soft affinity needs loadMetrics (it breaks pins on the scraped queue length)")
 	}

@@ -469,25 +469,29 @@ func (r *Resolver) unsticky(set *discovery.Set, d *Decision) (*Decision, error) 
 	return d, nil
 }
 
-// pick balances among the live backends. A session being moved off an
-// overloaded backend (d.avoid) goes elsewhere if anywhere else is live.
+// pick places d among the live backends, by its store key when it has one
+// (Balancer.Place). A session being moved off an overloaded backend
+// (d.avoid) goes to the least loaded other backend if any is live: soft
+// affinity moves it for load, which the key's next choice may not relieve.
 func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backend, ok bool) {
 	if d.avoid != "" {
 		avoid := d.avoid
 		d.avoid = ""
-		if be, pf, ok = r.pickIf(set, d.pol.PD, func(b discovery.Backend) bool { return b.ID != avoid }); ok {
+		if be, pf, ok = r.pickIf(set, d.pol.PD, "", func(b discovery.Backend) bool { return b.ID != avoid }); ok {
 			return be, pf, ok
 		}
 	}
-	return r.pickIf(set, d.pol.PD, func(discovery.Backend) bool { return true })
+	return r.pickIf(set, d.pol.PD, d.storeKey, func(discovery.Backend) bool { return true })
 }
 
-func (r *Resolver) pickIf(set *discovery.Set, pd bool, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
+func (r *Resolver) pickIf(set *discovery.Set, pd bool, key string, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
 	live := func(b discovery.Backend) bool { return !r.o.Failed.Failed(b.ID) && also(b) }
+	// By the session's store key, so replicas (and this one while the
+	// store is down) propose the same backend; without a key, by load.
 	if pd {
-		return r.o.Balancer.PickPair(set.Backends, set.Prefill, live)
+		return r.o.Balancer.PlacePair(key, set.Backends, set.Prefill, live)
 	}
-	be, ok = r.o.Balancer.Pick(set.Backends, live)
+	be, ok = r.o.Balancer.Place(key, set.Backends, live)
 	return be, pf, ok
 }
 

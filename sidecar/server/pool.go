@@ -92,6 +92,13 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
 		load, view.load = sc, sc
 	}
+	if pc.Affinity.Placement != config.PlacementLeastLoaded {
+		eps := balance.DefaultHashEpsilon
+		if pc.Affinity.HashEpsilon != nil {
+			eps = *pc.Affinity.HashEpsilon
+		}
+		balOpts = append(balOpts, balance.WithHashPlacement(eps))
+	}
 	bal := balance.New(balOpts...)
 	view.bal = bal
 	ro := resolve.Options{
