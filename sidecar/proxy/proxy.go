@@ -43,6 +43,10 @@ type Pool struct {
 	// (config.Pool.RoutingHeaders): every pool's on the listener are
 	// removed from every request before forwarding.
 	StripHeaders []string
+	// Serves, when set, reports whether the pool serves a model that is
+	// not in Models: a pool defined by a ModelServer, whose model changes
+	// with the object. Pools of a shared listener are asked in order.
+	Serves func(model string) bool
 
 	m poolMetrics
 }
@@ -239,10 +243,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		rec.Header().Set("Retry-After", "1")
-		// Resolve's errors name no backend (ErrNoBackend); keep it so.
-		writeError(rec, http.StatusServiceUnavailable, "pool "+pool.Name+": no selectable backend")
-		if !errors.Is(err, resolve.ErrNoBackend) {
-			h.o.AccessLog.Warn("resolve failed", "pool", pool.Name, "err", err)
+		// Resolve's errors name no backend (ErrNoBackend); keep it so. A
+		// pool that is down says why (its ModelServer is gone), which
+		// names none either and was logged once when it went down.
+		switch {
+		case errors.Is(err, resolve.ErrUnavailable):
+			writeError(rec, http.StatusServiceUnavailable, "pool "+pool.Name+": "+err.Error())
+		default:
+			writeError(rec, http.StatusServiceUnavailable, "pool "+pool.Name+": no selectable backend")
+			if !errors.Is(err, resolve.ErrNoBackend) {
+				h.o.AccessLog.Warn("resolve failed", "pool", pool.Name, "err", err)
+			}
 		}
 		return
 	}
@@ -272,6 +283,11 @@ func (h *Handler) pool(body *reqbody.Body) (*Pool, int, string) {
 	model, _ := body.String("model")
 	if p := h.byModel[model]; p != nil {
 		return p, 0, ""
+	}
+	for i := range h.o.Pools {
+		if s := h.o.Pools[i].Serves; s != nil && s(model) {
+			return &h.o.Pools[i], 0, ""
+		}
 	}
 	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", model)
 }
@@ -339,7 +355,8 @@ func sameHeaderName(a, b string) bool {
 }
 
 // modifyResponse writes the session tokens of the decision that answered
-// (after a retry, the second one), replacing any a backend set.
+// (after a retry, the second one), replacing any a backend set, and adds
+// its token cookie beside the backend's own cookies.
 func (h *Handler) modifyResponse(resp *http.Response) error {
 	att, _ := resp.Request.Context().Value(attemptKey{}).(*attempt)
 	if att == nil {
@@ -349,6 +366,9 @@ func (h *Handler) modifyResponse(resp *http.Response) error {
 		resp.Header.Set(t.Name, t.Value)
 	}
 	att.pool.Resolver.Answered(att.d, resp)
+	for _, c := range att.d.Cookies {
+		resp.Header.Add("Set-Cookie", c)
+	}
 	return nil
 }
 
@@ -396,7 +416,11 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *retryTransport) roundTrip(req *http.Request, att *attempt) (*http.Response, error) {
 	start := t.now()
-	resp, err := t.base.RoundTrip(req)
+	var timeout time.Duration
+	if att != nil {
+		timeout = att.d.Timeout
+	}
+	resp, err := withHeaderTimeout(req, timeout, t.base.RoundTrip)
 	if att != nil {
 		att.start, att.header = start, t.now().Sub(start)
 	}

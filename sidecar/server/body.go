@@ -19,7 +19,13 @@ func bodyFields(cfg *config.Config, l config.Listener) (*reqbody.Fields, error) 
 		paths = append(paths, "model")
 	}
 	for _, i := range l.Pools {
-		for _, s := range cfg.Pools[i].SessionSticky.Sources {
+		// A non-sticky pool has no sources; a ModelServer pool's come
+		// from the object at run time, so Body sources are not read there.
+		ss := cfg.Pools[i].SessionSticky
+		if ss == nil {
+			continue
+		}
+		for _, s := range ss.Sources {
 			if s.Type == config.SourceBody {
 				paths = append(paths, s.Name)
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tetherproxy/tether/sidecar/config"
@@ -33,6 +34,9 @@ type Deps struct {
 	// Kube is the Kubernetes client, needed by kubernetes discovery and the
 	// gossip store's kubernetes peer discovery; nil otherwise.
 	Kube kubernetes.Interface
+	// Dynamic reads custom resources (the ModelServers of pools with
+	// backends.modelServer); nil otherwise.
+	Dynamic dynamic.Interface
 	// Namespace, PodName and PodIP are the sidecar's own pod (main reads
 	// them from the downward-API env POD_NAMESPACE, POD_NAME and POD_IP):
 	// the default namespace of discovery, the gossip member name and the
