@@ -153,6 +153,15 @@ func convergence(nodes []*node, samples int) ([]time.Duration, error) {
 // returns how long until it is synced (its /readyz would turn ready) and
 // holds all n, checking a sample of them.
 func join(holder *node, n int, keyFile string) (time.Duration, error) {
+	// A ring's members are synced (they pulled the ring's state, or found
+	// nobody to pull from, one startup grace after they started). A holder
+	// filled and measured in under that grace is not yet, and a replica
+	// pulls only from synced members: wait, as a rollout would.
+	for wait := time.Now().Add(30 * time.Second); !holder.Synced(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(wait) {
+			return 0, errors.New("the holder never became synced")
+		}
+	}
 	start := time.Now()
 	s, err := startNode("bench-joiner", holder.addr, keyFile, 2*n)
 	if err != nil {
