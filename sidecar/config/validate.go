@@ -46,6 +46,7 @@ func (c *Config) Validate() error {
 		p := &c.Pools[i]
 		f := fmt.Sprintf("pools[%d]", i)
 		p.validate(&e, f, c.JWT != nil)
+		p.validateResilience(&e, f, c)
 		if j, dup := names[p.Name]; dup && p.Name != "" {
 			e.add(f+".name", "duplicate pool name %q (also pools[%d])", p.Name, j)
 		}
@@ -206,14 +207,12 @@ func (p *Proxy) validate(e *errs) {
 	for _, d := range []struct {
 		f string
 		v Duration
-	}{{"failTimeout", p.FailTimeout}, {"dialTimeout", p.DialTimeout}, {"shutdownTimeout", p.ShutdownTimeout}} {
+	}{{"dialTimeout", p.DialTimeout}, {"shutdownTimeout", p.ShutdownTimeout}} {
 		if d.v.Duration <= 0 {
 			e.add("proxy."+d.f, "must be positive, got %s", d.v)
 		}
 	}
-	if p.ResponseHeaderTimeout.Duration < 0 {
-		e.add("proxy.responseHeaderTimeout", "must not be negative, got %s", p.ResponseHeaderTimeout)
-	}
+	p.validateResilience(e)
 }
 
 func (p *Pool) validate(e *errs, f string, haveJWT bool) {

@@ -10,6 +10,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/loadscrape"
 	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/session"
@@ -22,20 +23,32 @@ type poolDeps struct {
 	deps    Deps
 	store   store.Store
 	claims  *jwtauth.Verifier
-	failed  *resolve.FailSet
 	metrics *metrics.Metrics
 	scrapes *http.Client
 }
 
-// newPool wires one pool: its discovery, load scraping, balancer, session
-// tokens, key extractor and resolver; its long-running parts join
-// s.background.
-func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
+// newPool wires one pool: its discovery (health-checked, for static
+// backends with a health check), outlier detection, transport, load
+// scraping, balancer, session tokens, key extractor and resolver; its
+// long-running parts join s.background.
+func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 	log := s.log.With("pool", pc.Name)
-	src, err := newSource(pc, sh.deps, s.reg, s.log)
+	src, err := s.newSource(pc, sh.deps, s.log)
 	if err != nil {
 		return proxy.Pool{}, err
 	}
+	pp := s.cfg.ProxyFor(pc)
+	outliers := outlier.New(outlier.Options{
+		Pool: pc.Name, Config: *pp.OutlierDetection, Reg: s.reg, Log: log,
+		// The decode half is what requests connect to, and what is ejected.
+		Size: func() int { return len(src.Current().Backends) },
+	})
+	transport := proxy.NewTransport(proxy.TransportOptions{
+		DialTimeout:      s.cfg.Proxy.DialTimeout.Duration,
+		FirstByteTimeout: pp.FirstByteTimeout.Duration,
+		Allowed:          s.discovered,
+	})
+	s.closers = append(s.closers, transport.CloseIdleConnections)
 	s.sources[pc.Name] = src
 	s.background = append(s.background, lifecycle.Part{Name: "discovery of " + pc.Name, Run: src.Run})
 	var balOpts []balance.Option
@@ -55,7 +68,7 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	}
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
-		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
+		Store: sh.store, Backends: src, Balancer: bal, Outliers: outliers, Metrics: sh.metrics,
 		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load,
 	}
 	var extractOpts []session.Option
@@ -70,6 +83,7 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	ro.Keys = session.NewExtractor(pc.SessionSticky.Sources, claims, extractOpts...)
 	return proxy.Pool{
 		Name: pc.Name, Models: pc.Models, Resolver: resolve.New(ro), Balancer: bal,
+		Outliers: outliers, Transport: transport,
 		PrefillHeader: pc.Backends.PrefillHeader, StripHeaders: pc.RoutingHeaders(),
 	}, nil
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
-	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
@@ -113,20 +112,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	s.closers = append(s.closers, scrapeTransport.CloseIdleConnections)
 	shared := poolDeps{
 		deps: deps, store: st, claims: claims, metrics: metrics.New(s.reg),
-		failed:  resolve.NewFailSet(cfg.Proxy.FailTimeout.Duration, nil),
 		scrapes: &http.Client{Transport: scrapeTransport},
 	}
-	transport := proxy.NewTransport(proxy.TransportOptions{
-		DialTimeout:           cfg.Proxy.DialTimeout.Duration,
-		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Duration,
-		Allowed:               s.discovered,
-	})
-	s.closers = append(s.closers, transport.CloseIdleConnections)
 	for _, l := range cfg.Listeners() {
 		var pools []proxy.Pool
 		var names []string
 		for _, i := range l.Pools {
-			pp, err := s.newPool(cfg.Pools[i], shared)
+			pp, err := s.newPool(&cfg.Pools[i], shared)
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +127,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 		}
 		h := proxy.New(proxy.Options{
 			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
-			Transport: transport, Metrics: shared.metrics, AccessLog: log,
+			Metrics: shared.metrics, AccessLog: log,
 		})
 		s.listeners = append(s.listeners, &listener{pools: names, srv: &http.Server{
 			Addr:              l.Addr,

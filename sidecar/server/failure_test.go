@@ -1,0 +1,358 @@
+package server_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
+)
+
+// accessLog is one access-log line.
+type accessLog struct {
+	Msg         string  `json:"msg"`
+	RequestID   string  `json:"request_id"`
+	Traceparent string  `json:"traceparent"`
+	Pool        string  `json:"pool"`
+	KeyHash     string  `json:"key_hash"`
+	Decision    string  `json:"decision"`
+	SelectedPod string  `json:"selected_pod"`
+	Path        string  `json:"path"`
+	Status      int     `json:"status"`
+	Outcome     string  `json:"outcome"`
+	Bytes       int64   `json:"bytes"`
+	Retried     bool    `json:"retried"`
+	RetryReason string  `json:"retry_reason"`
+	FailedPod   string  `json:"failed_pod"`
+	Pinned      bool    `json:"pinned"`
+	Error       string  `json:"error"`
+	UpstreamMS  float64 `json:"upstream_header_ms"`
+}
+
+// accessLogs are the sidecar's access-log lines so far.
+func (s *sidecar) accessLogs(t *testing.T) []accessLog {
+	t.Helper()
+	var out []accessLog
+	for _, l := range s.logs.Lines() {
+		var a accessLog
+		if err := json.Unmarshal([]byte(l), &a); err != nil {
+			t.Fatalf("log line is not JSON: %q", l)
+		}
+		if a.Msg == "request" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (s *sidecar) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	v, err := testkit.FindMetric(s.srv.Registry(), name, labels...)
+	if err != nil && !strings.Contains(err.Error(), "not found") {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// rawBackend is a backend on a bare TCP listener that reads each request
+// and then, unless answer says to respond to the n-th request of its
+// connection (n from 0), closes the connection without a response byte.
+func rawBackend(t *testing.T, answer func(n int) bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if !answer(n) {
+						return // read the whole request, answer nothing
+					}
+					fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Modelsim-Id: raw\r\nContent-Length: 2\r\n\r\n{}")
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestRetryOnReusedConnectionClosed: the backend closes a keep-alive
+// connection as the next request arrives on it (it went away, or closed
+// the idle connection that moment). Nothing reached the client, so the
+// turn is retried once on another backend, the session rebinds there, and
+// the client never sees the failure.
+func TestRetryOnReusedConnectionClosed(t *testing.T) {
+	raw := rawBackend(t, func(n int) bool { return n == 0 })
+	bs := startBackends(t, 1)
+	sc := startSidecar(t, configFor("default/m", []string{raw, bs[0].addr()}, `[{type: Header, name: X-Session-ID}]`, ""))
+	url := sc.url("default/m", "/v1/chat/completions")
+	var key string
+	for i := 0; key == ""; i++ {
+		if i == 50 {
+			t.Fatal("no session of 50 was placed on the raw backend")
+		}
+		k := fmt.Sprint("reuse-", i)
+		if r := chat(t, url, conversation(1), func(r *http.Request) { r.Header.Set("X-Session-ID", k) }); r.backend == "raw" {
+			key = k
+		}
+	}
+	set := func(r *http.Request) { r.Header.Set("X-Session-ID", key) }
+	second := chat(t, url, conversation(2), set)
+	if second.status != 200 || second.backend != bs[0].sim.ID() {
+		t.Fatalf("turn 2: %d from %q, want 200 from %s after a retry", second.status, second.backend, bs[0].sim.ID())
+	}
+	logs := sc.accessLogs(t)
+	last := logs[len(logs)-1]
+	if !last.Retried || last.RetryReason != "empty_response" || last.FailedPod != raw || last.Decision != "rebind" || last.Outcome != "completed" {
+		t.Fatalf("access log of the retried turn: %+v", last)
+	}
+	if third := chat(t, url, conversation(3), set); third.status != 200 || third.backend != bs[0].sim.ID() {
+		t.Fatalf("turn 3: %d from %q, want the new binding", third.status, third.backend)
+	}
+	for _, m := range []struct {
+		name, label string
+	}{{"tether_upstream_retries_total", "reason"}, {"tether_session_rebinds_total", "reason"}} {
+		if got := sc.metric(t, m.name, m.label, "empty_response"); got != 1 {
+			t.Errorf("%s{reason=empty_response} = %v, want 1", m.name, got)
+		}
+	}
+	if got := sc.metric(t, "tether_backend_failures_total", "kind", "empty_response"); got != 1 {
+		t.Errorf("failures{kind=empty_response} = %v", got)
+	}
+}
+
+// TestFailingBackendIsEjected: a backend that fails every request in one
+// of the ways backends fail fails at most consecutiveFailures requests;
+// then it is ejected, and every later turn of every session, the ones
+// that were bound to it included, succeeds elsewhere.
+func TestFailingBackendIsEjected(t *testing.T) {
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	cases := []struct {
+		name    string
+		backend func(t *testing.T) string
+		status  int
+		outcome string
+		kind    string
+	}{
+		{"drops every request", func(t *testing.T) string { return rawBackend(t, func(int) bool { return false }) },
+			http.StatusBadGateway, "upstream_reset", "reset"},
+		{"answers 503", func(t *testing.T) string {
+			return serve(t, func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			})
+		}, http.StatusServiceUnavailable, "completed", "5xx"},
+		{"never answers", func(t *testing.T) string {
+			return serve(t, func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				select {
+				case <-hang:
+				case <-r.Context().Done():
+				}
+			})
+		}, http.StatusGatewayTimeout, "timeout", "timeout"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := tc.backend(t)
+			bs := startBackends(t, 2)
+			sc := startSidecar(t, configFor("default/m", []string{bad, bs[0].addr(), bs[1].addr()}, `[{type: Header, name: X-Session-ID}]`,
+				"proxy: {firstByteTimeout: 300ms, outlierDetection: {consecutiveFailures: 3}}"))
+			url := sc.url("default/m", "/v1/chat/completions")
+			failed := map[string]bool{}
+			for i := 0; len(failed) < 3; i++ {
+				if i == 60 {
+					t.Fatalf("only %d of 60 sessions failed: the backend was never chosen?", len(failed))
+				}
+				k := fmt.Sprint("s-", i)
+				r := chat(t, url, conversation(1), func(r *http.Request) { r.Header.Set("X-Session-ID", k) })
+				switch r.status {
+				case 200:
+				case tc.status:
+					failed[k] = true
+				default:
+					t.Fatalf("session %s: status %d %s", k, r.status, r.body)
+				}
+				if strings.Contains(r.body, bad) {
+					t.Fatalf("the error body names the backend's address: %s", r.body)
+				}
+			}
+			if got := sc.metric(t, "tether_backends_ejected", "pool", "default/m"); got != 1 {
+				t.Fatalf("tether_backends_ejected = %v after 3 failures in a row", got)
+			}
+			// Every later turn succeeds; the failed sessions move off the
+			// ejected backend.
+			for k := range failed {
+				for turn := 2; turn <= 3; turn++ {
+					r := chat(t, url, conversation(turn), func(r *http.Request) { r.Header.Set("X-Session-ID", k) })
+					if r.status != 200 {
+						t.Fatalf("session %s turn %d after the ejection: %d", k, turn, r.status)
+					}
+				}
+			}
+			for i := 0; i < 20; i++ {
+				if r := chat(t, url, conversation(1), nil); r.status != 200 {
+					t.Fatalf("keyless request after the ejection: %d", r.status)
+				}
+			}
+			if got := sc.metric(t, "tether_session_rebinds_total", "reason", "ejected"); got != 3 {
+				t.Errorf("rebinds{reason=ejected} = %v, want the 3 failed sessions", got)
+			}
+			if got := sc.metric(t, "tether_backend_ejections_total", "reason", "consecutive_failures"); got != 1 {
+				t.Errorf("ejections = %v", got)
+			}
+			if got := sc.metric(t, "tether_backend_failures_total", "kind", tc.kind); got != 3 {
+				t.Errorf("failures{kind=%s} = %v, want 3", tc.kind, got)
+			}
+			n := 0
+			for _, a := range sc.accessLogs(t) {
+				if a.Status == tc.status {
+					n++
+					if a.Outcome != tc.outcome || a.SelectedPod != bad {
+						t.Errorf("failed request logged as %+v, want outcome %s on %s", a, tc.outcome, bad)
+					}
+				}
+			}
+			if n != 3 {
+				t.Errorf("%d access-log lines with status %d, want 3", n, tc.status)
+			}
+			if got := sc.metric(t, "tether_requests_total", "code", fmt.Sprint(tc.status), "outcome", tc.outcome); got != 3 {
+				t.Errorf("tether_requests_total{code=%d,outcome=%s} = %v", tc.status, tc.outcome, got)
+			}
+		})
+	}
+}
+
+// serve starts a backend with handler h and returns its address.
+func serve(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return strings.TrimPrefix(s.URL, "http://")
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestPinnedToStateIsNotMoved: a request whose target is fixed by state on
+// its backend (a Responses API id) is not retried elsewhere: moving it
+// cannot succeed, so its failure is reported as it is.
+func TestPinnedToStateIsNotMoved(t *testing.T) {
+	bs := startBackends(t, 1)
+	dead := deadAddr(t)
+	sc := startSidecar(t, configFor("default/m", []string{dead, bs[0].addr()}, `[{type: Header, name: X-Session-ID}]`,
+		"proxy: {outlierDetection: {maxEjectionPercent: 100}}"))
+	cases := []struct{ method, path, body string }{
+		{"GET", "/v1/responses/resp_abc", ""},
+		{"POST", "/v1/responses", `{"model":"m","previous_response_id":"resp_abc","input":"next"}`},
+	}
+	for i, c := range cases {
+		// Find a session bound to the dead backend: its first turn there
+		// fails too (pinned), and ejects it; restart the search with the
+		// ejection over.
+		sc2 := sc
+		if i > 0 {
+			sc2 = startSidecar(t, configFor("default/m", []string{dead, bs[0].addr()}, `[{type: Header, name: X-Session-ID}]`,
+				"proxy: {outlierDetection: {maxEjectionPercent: 100}}"))
+		}
+		var got *http.Response
+		for j := 0; got == nil; j++ {
+			if j == 50 {
+				t.Fatalf("%s %s never went to the dead backend", c.method, c.path)
+			}
+			req, _ := http.NewRequest(c.method, sc2.url("default/m", c.path), strings.NewReader(c.body))
+			req.Header.Set("X-Session-ID", fmt.Sprint("pinned-", j))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.Header.Get("X-Modelsim-Id") == "" {
+				got = resp
+			}
+		}
+		if got.StatusCode != http.StatusBadGateway {
+			t.Fatalf("%s %s on the dead backend: %d, want 502 without a retry", c.method, c.path, got.StatusCode)
+		}
+		logs := sc2.accessLogs(t)
+		last := logs[len(logs)-1]
+		if !last.Pinned || last.Retried || last.SelectedPod != dead {
+			t.Fatalf("%s %s: access log %+v, want pinned, not retried", c.method, c.path, last)
+		}
+		if got := sc2.metric(t, "tether_upstream_retries_total", "reason", "connect_failed"); got != 0 {
+			t.Fatalf("retries = %v", got)
+		}
+	}
+	// Without state the same failure is retried.
+	r := chat(t, sc.url("default/m", "/v1/chat/completions"), conversation(1), func(r *http.Request) { r.Header.Set("X-Session-ID", "free") })
+	if r.status != 200 {
+		t.Fatalf("chat completion: %d", r.status)
+	}
+}
+
+// TestFirstByteTimeoutPerPool: the pool's own firstByteTimeout wins over
+// the top-level one.
+func TestFirstByteTimeoutPerPool(t *testing.T) {
+	slow := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(600 * time.Millisecond)
+		w.Write([]byte("late"))
+	})
+	doc := fmt.Sprintf(`
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+proxy: {firstByteTimeout: 200ms}
+pools:
+  - name: strict
+    models: [strict]
+    sessionSticky: {sources: [{type: Header, name: X-Session-ID}]}
+    backends: {static: [%q]}
+  - name: patient
+    models: [patient]
+    proxy: {firstByteTimeout: 5s}
+    sessionSticky: {sources: [{type: Header, name: X-Session-ID}]}
+    backends: {static: [%q]}
+`, slow, slow)
+	sc := startSidecar(t, doc)
+	for pool, want := range map[string]int{"strict": http.StatusGatewayTimeout, "patient": http.StatusOK} {
+		resp, err := http.Post(sc.url(pool, "/v1/completions"), "application/json", strings.NewReader(`{"model":"`+pool+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("pool %s: %d, want %d", pool, resp.StatusCode, want)
+		}
+	}
+}
