@@ -33,6 +33,8 @@ type Server struct {
 	laneMu   sync.Mutex // guards laneFree
 	laneFree time.Time  // SerialPrefill: when the prefill lane is next idle
 
+	fault atomic.Pointer[Fault]
+
 	heldBlocks       atomic.Int64 // KV blocks of the running requests
 	requests         atomic.Int64
 	promptTokens     atomic.Int64
@@ -51,6 +53,7 @@ func New(o Options) *Server {
 		created: time.Now().Unix(),
 	}
 	s.metrics = newMetrics(s)
+	s.SetFault(o.Fault)
 	mux := http.NewServeMux()
 	route := func(method, path string, h http.HandlerFunc) {
 		mux.HandleFunc(method+" "+path, h)
@@ -59,14 +62,24 @@ func New(o Options) *Server {
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "use "+method+" for "+path)
 		})
 	}
-	route("POST", "/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Chat) })
-	route("POST", "/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Completion) })
+	route("POST", "/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		if !s.failed(w, r) {
+			s.complete(w, r, Chat)
+		}
+	})
+	route("POST", "/v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		if !s.failed(w, r) {
+			s.complete(w, r, Completion)
+		}
+	})
 	route("GET", "/v1/models", s.models)
 	route("GET", "/health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	route("GET", "/metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	route("GET", "/sim/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	mux.HandleFunc("GET /sim/timing", s.getTiming)
 	route("POST", "/sim/timing", s.postTiming)
+	mux.HandleFunc("GET /sim/fault", s.getFault)
+	route("POST", "/sim/fault", s.postFault)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
 	})
