@@ -103,8 +103,8 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 }
 
 // forward proxies the request to d's backend. An attempt that failed
-// before any response byte (a refused connection, a reused connection
-// closed before the answer began) is retried once, on another backend,
+// before any response byte (a refused connection, a connection closed or
+// reset before the answer began) is retried once, on another backend,
 // unless the request is pinned to state on the first. Every attempt's
 // result goes to the pool's outlier detection.
 func (x *exchange) forward(d *resolve.Decision, body []byte) {
@@ -178,12 +178,16 @@ func (x *exchange) answered(resp *http.Response) {
 // detection counts ("" for none: the client went away, or the request
 // never reached the network) and the reason to retry it ("" for none).
 // Only failures before any response byte are retried, and only once: a
-// refused connection (nothing reached the backend), or a reused
-// keep-alive connection closed or reset before the answer began (the
-// backend went away, or closed the idle connection as the request was
-// sent; HAProxy's retry-on conn-failure empty-response). A fresh
-// connection that breaks after the request was sent is not retried: the
-// request itself may be what broke the backend.
+// refused connection (nothing reached the backend), or a connection
+// closed or reset before the answer began (HAProxy's retry-on
+// conn-failure empty-response, Envoy's reset): a reused keep-alive one
+// (the backend went away, or closed the idle connection as the request
+// was sent) or a fresh one (a crashing worker). Nothing reached the
+// client and a completion has no side effect beyond compute; should the
+// request itself be what breaks backends, the one retry bounds the harm
+// to a second backend, and outlier detection ejects a backend that keeps
+// doing it. A first-byte timeout is not retried: the backend may still
+// be computing the answer, and a second wait would double the client's.
 func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
 	var kind outlier.Kind
 	var reason resolve.Reason
@@ -197,7 +201,7 @@ func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
 	case x.reused:
 		kind, reason = outlier.EmptyResponse, resolve.ReasonEmptyResponse
 	case x.conn:
-		kind = outlier.Reset
+		kind, reason = outlier.Reset, resolve.ReasonEmptyResponse
 	default:
 		return "", ""
 	}

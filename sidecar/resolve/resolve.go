@@ -56,7 +56,7 @@ const (
 	ReasonUnselectable  Reason = "unselectable"   // the bound backend left the selectable set
 	ReasonEjected       Reason = "ejected"        // outlier detection ejected the bound backend
 	ReasonConnectFailed Reason = "connect_failed" // the bound backend refused a connection (retried)
-	ReasonEmptyResponse Reason = "empty_response" // a reused connection closed before any response byte (retried)
+	ReasonEmptyResponse Reason = "empty_response" // a connection closed or reset before any response byte (retried)
 	ReasonOverload      Reason = "overload"       // soft affinity
 )
 

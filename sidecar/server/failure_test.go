@@ -143,9 +143,10 @@ func TestRetryOnReusedConnectionClosed(t *testing.T) {
 }
 
 // TestFailingBackendIsEjected: a backend that fails every request in one
-// of the ways backends fail fails at most consecutiveFailures requests;
-// then it is ejected, and every later turn of every session, the ones
-// that were bound to it included, succeeds elsewhere.
+// of the ways backends fail fails at most consecutiveFailures requests
+// (one that drops them before any response byte fails none: each is
+// retried elsewhere); then it is ejected, and every later turn of every
+// session, the ones that were bound to it included, succeeds elsewhere.
 func TestFailingBackendIsEjected(t *testing.T) {
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
@@ -155,15 +156,18 @@ func TestFailingBackendIsEjected(t *testing.T) {
 		status  int
 		outcome string
 		kind    string
+		// retried: the failure came before any response byte, so the
+		// client got the answer of another backend (status 200).
+		retried bool
 	}{
 		{"drops every request", func(t *testing.T) string { return rawBackend(t, func(int) bool { return false }) },
-			http.StatusBadGateway, "upstream_reset", "reset"},
+			http.StatusOK, "completed", "reset", true},
 		{"answers 503", func(t *testing.T) string {
 			return serve(t, func(w http.ResponseWriter, r *http.Request) {
 				io.Copy(io.Discard, r.Body)
 				http.Error(w, "overloaded", http.StatusServiceUnavailable)
 			})
-		}, http.StatusServiceUnavailable, "completed", "5xx"},
+		}, http.StatusServiceUnavailable, "completed", "5xx", false},
 		{"never answers", func(t *testing.T) string {
 			return serve(t, func(w http.ResponseWriter, r *http.Request) {
 				io.Copy(io.Discard, r.Body)
@@ -172,7 +176,7 @@ func TestFailingBackendIsEjected(t *testing.T) {
 				case <-r.Context().Done():
 				}
 			})
-		}, http.StatusGatewayTimeout, "timeout", "timeout"},
+		}, http.StatusGatewayTimeout, "timeout", "timeout", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,10 +192,16 @@ func TestFailingBackendIsEjected(t *testing.T) {
 				}
 				k := fmt.Sprint("s-", i)
 				r := chat(t, url, conversation(1), func(r *http.Request) { r.Header.Set("X-Session-ID", k) })
-				switch r.status {
-				case 200:
-				case tc.status:
+				logs := sc.accessLogs(t)
+				switch last := logs[len(logs)-1]; {
+				case tc.retried && r.status == 200 && last.FailedPod == bad:
+					if last.SelectedPod == bad || last.RetryReason != "empty_response" || last.Outcome != "completed" {
+						t.Fatalf("session %s: retried turn logged as %+v", k, last)
+					}
 					failed[k] = true
+				case !tc.retried && r.status == tc.status:
+					failed[k] = true
+				case r.status == 200:
 				default:
 					t.Fatalf("session %s: status %d %s", k, r.status, r.body)
 				}
@@ -217,14 +227,38 @@ func TestFailingBackendIsEjected(t *testing.T) {
 					t.Fatalf("keyless request after the ejection: %d", r.status)
 				}
 			}
-			if got := sc.metric(t, "tether_session_rebinds_total", "reason", "ejected"); got != 3 {
-				t.Errorf("rebinds{reason=ejected} = %v, want the 3 failed sessions", got)
+			// The failed sessions rebound: at the retry, or on their next
+			// turn because their backend was ejected.
+			reason := "ejected"
+			if tc.retried {
+				reason = "empty_response"
+				if got := sc.metric(t, "tether_upstream_retries_total", "reason", reason); got != 3 {
+					t.Errorf("retries{reason=%s} = %v, want 3", reason, got)
+				}
+			}
+			if got := sc.metric(t, "tether_session_rebinds_total", "reason", reason); got != 3 {
+				t.Errorf("rebinds{reason=%s} = %v, want the 3 failed sessions", reason, got)
 			}
 			if got := sc.metric(t, "tether_backend_ejections_total", "reason", "consecutive_failures"); got != 1 {
 				t.Errorf("ejections = %v", got)
 			}
 			if got := sc.metric(t, "tether_backend_failures_total", "kind", tc.kind); got != 3 {
 				t.Errorf("failures{kind=%s} = %v, want 3", tc.kind, got)
+			}
+			if tc.retried {
+				n := 0
+				for _, a := range sc.accessLogs(t) {
+					if a.SelectedPod == bad || a.Status != 200 {
+						t.Errorf("request logged as %+v: answered by the faulty backend, or failed", a)
+					}
+					if a.FailedPod == bad {
+						n++
+					}
+				}
+				if n != 3 {
+					t.Errorf("%d access-log lines retried away from %s, want 3", n, bad)
+				}
+				return
 			}
 			n := 0
 			for _, a := range sc.accessLogs(t) {
