@@ -17,12 +17,19 @@ import (
 // wins.
 const (
 	// BindingBudgetBytes is what one binding may cost in the memory or the
-	// gossip store. `make bench` (e2e/bench/scale) measured 231 bytes per
-	// binding in the memory store and 135 in the gossip store at 1,000,000
-	// bindings; a Go map's cost per entry varies by up to ~1.6x with its
-	// load factor between two growths, and gossip keeps tombstones beside
-	// its bindings. Lower it when the stores get leaner.
-	BindingBudgetBytes = 400
+	// gossip store. The stores' BenchmarkBytesPerBinding and `make bench`
+	// (e2e/bench/scale) measure 61–68 bytes per binding in the memory store
+	// and 69–76 in the gossip store between 250,000 and 2,000,000 bindings
+	// (the range is the table index's load between two growths; gossip's
+	// tombstones are entries and count against maxEntries like bindings).
+	// The budget is the worst of those, 76, plus ~3 for what a gossip
+	// replica allocates per binding while it serves state transfers (a
+	// copy of one shard per pull), times ~1.6: a store at its cap must
+	// leave the collector room for the garbage made between collections,
+	// or a live heap at GOMEMLIMIT runs the GC back to back. The same
+	// factor as the 400 bytes this was for the 231 bytes of the stores'
+	// old Go maps.
+	BindingBudgetBytes = 128
 
 	// RuntimeReserveBytes is the part of the Go memory limit kept for
 	// everything but bindings: the runtime, goroutine stacks, connection

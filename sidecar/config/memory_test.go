@@ -14,10 +14,11 @@ func TestMaxEntriesFor(t *testing.T) {
 	}{
 		{0, DefaultMaxEntries},                         // no limit
 		{-1, DefaultMaxEntries},                        // nonsense: no limit
-		{256 * mi, (230*mi - 64*mi) / 400},             // the chart's default limit (GOMEMLIMIT 230MiB): 435,159
-		{96 * mi, (86*mi - 64*mi) / 400},               // the smallest limit the injector accepts (86MiB): 57,671
+		{192 * mi, (172*mi - 64*mi) / 128},             // GOMEMLIMIT 172MiB: 884,736
+		{256 * mi, DefaultMaxEntries},                  // the chart's default limit (GOMEMLIMIT 230MiB): 1,359,872 would fit, capped at the default
+		{96 * mi, (86*mi - 64*mi) / 128},               // the smallest limit the injector accepts (86MiB): 180,224
 		{64 * mi, MinDerivedMaxEntries},                // under the reserve: the floor
-		{1 << 30, DefaultMaxEntries},                   // 1 GiB: 2,248,000 would fit, capped at the default
+		{1 << 30, DefaultMaxEntries},                   // 1 GiB: 7,020,544 would fit, capped at the default
 		{math.MaxInt64 / 100 * 100, DefaultMaxEntries}, // huge
 	} {
 		got := MaxEntriesFor(GoMemLimit(c.containerLimit))

@@ -4,11 +4,13 @@
 // in-flight requests; the model server's queue counts every replica's, so
 // the balancer and soft affinity decide on it.
 //
-// A failed scrape drops the backend's sample instead of penalising it (a
-// backend whose metrics endpoint is down may still serve well; discovery
-// and the proxy's connect-failure handling judge liveness), and a sample
-// older than three intervals ages out, so a stuck scrape loop never steers
-// traffic on old numbers.
+// A failed scrape neither penalises the backend nor erases what it last
+// reported: an overloaded model server is exactly the one whose /metrics
+// answers late, so its last good sample stands until it ages out (three
+// intervals), and then the backend simply has no sample (extra load 0;
+// discovery and the proxy's failure handling judge liveness). No sample
+// older than three intervals is ever used, so a stuck scrape loop or a
+// metrics endpoint that stays down never steers traffic on old numbers.
 package loadscrape
 
 import (
@@ -77,7 +79,7 @@ func New(o Options) *Scraper {
 	s := &Scraper{o: o, samples: map[string]Sample{}}
 	s.errors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name:        "tether_load_scrape_errors_total",
-		Help:        "Failed scrapes of backends' load metrics (the backend's sample is dropped, not penalised).",
+		Help:        "Failed scrapes of backends' load metrics (the last good sample stands until it ages out; never a penalty).",
 		ConstLabels: prometheus.Labels{"pool": o.Pool},
 	})
 	// One series per backend of the pool: bounded by the pool's size.
@@ -121,12 +123,11 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 				s.mu.Lock()
 				defer s.mu.Unlock()
 				if err != nil {
+					// The last good sample stands until it ages out.
 					if ctx.Err() == nil {
 						s.errors.Inc()
 						s.o.Log.Debug("load scrape failed", "backend", b.Name, "err", err)
 					}
-					delete(s.samples, b.ID)
-					s.waiting.DeleteLabelValues(b.Name)
 					return
 				}
 				s.samples[b.ID] = smp
@@ -137,9 +138,18 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id := range s.samples {
-		if _, ok := set.Get(id); !ok {
+	now := s.o.Now()
+	for id, smp := range s.samples {
+		b, ok := set.Get(id)
+		if !ok {
 			delete(s.samples, id)
+			continue
+		}
+		if s.stale(smp, now) {
+			// Aged out (its scrapes keep failing): no figure is better than
+			// an old one, for routing and for the gauge alike.
+			delete(s.samples, id)
+			s.waiting.DeleteLabelValues(b.Name)
 		}
 	}
 	s.pruneGauges(set)
@@ -244,10 +254,15 @@ func (s *Scraper) Get(id string) (Sample, bool) {
 	s.mu.Lock()
 	smp, ok := s.samples[id]
 	s.mu.Unlock()
-	if !ok || s.o.Now().Sub(smp.At) > 3*s.o.Config.Interval.Duration {
+	if !ok || s.stale(smp, s.o.Now()) {
 		return Sample{}, false
 	}
 	return smp, true
+}
+
+// stale: older than three intervals.
+func (s *Scraper) stale(smp Sample, now time.Time) bool {
+	return now.Sub(smp.At) > 3*s.o.Config.Interval.Duration
 }
 
 // Waiting is backend id's scraped queue length; ok is false without a

@@ -116,9 +116,10 @@ func newScraper(t *testing.T, clk *testkit.Clock, addrs ...string) (*Scraper, *p
 	return New(Options{Pool: "p", Config: cfg, Backends: discovery.NewStatic(addrs), Reg: reg, Now: clk.Now}), reg
 }
 
-// TestStaleAndFailed: a sample ages out after three intervals, a failed
-// scrape drops it (extra load 0, never a penalty) and counts an error,
-// and the next good scrape brings it back.
+// TestStaleAndFailed: a sample ages out after three intervals; a failed
+// scrape counts an error and leaves the last good sample standing until
+// it ages out (then extra load 0, never a penalty, and no gauge series);
+// the next good scrape brings it back.
 func TestStaleAndFailed(t *testing.T) {
 	h := &settable{h: page(vllm)}
 	srv := httptest.NewServer(h)
@@ -148,15 +149,21 @@ func TestStaleAndFailed(t *testing.T) {
 
 	s.ScrapeOnce(context.Background())
 	h.set(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", 500) }))
+	clk.Add(time.Second)
 	s.ScrapeOnce(context.Background())
-	if _, ok := s.Waiting(addr); ok || s.ExtraLoad(addr) != 0 {
-		t.Fatal("failed scrape left a sample")
+	if w, ok := s.Waiting(addr); !ok || w != 7 {
+		t.Fatalf("Waiting after one failed scrape = %v %v, want the last good sample (7)", w, ok)
 	}
 	if n := testutil.ToFloat64(s.errors); n != 1 {
 		t.Fatalf("scrape errors = %v, want 1", n)
 	}
+	clk.Add(2*time.Second + time.Millisecond)
+	s.ScrapeOnce(context.Background())
+	if _, ok := s.Waiting(addr); ok || s.ExtraLoad(addr) != 0 {
+		t.Fatal("a sample older than three intervals survived failed scrapes")
+	}
 	if n := testutil.CollectAndCount(reg, "tether_backend_waiting_requests"); n != 0 {
-		t.Fatalf("%d waiting series after a failed scrape", n)
+		t.Fatalf("%d waiting series after the sample aged out", n)
 	}
 	h.set(page(sglang))
 	s.ScrapeOnce(context.Background())

@@ -136,7 +136,9 @@ func chat(t *testing.T, url string, msgs string, set func(*http.Request)) result
 	if set != nil {
 		set(req)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// A turn that went to a jammed backend would wait for an hour: fail
+	// fast instead.
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatalf("request: %v", err)
 	}

@@ -8,7 +8,6 @@ package scale
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -16,40 +15,22 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/store/storebench"
 )
 
-// podIDs are backend IDs as Kubernetes discovery makes them
-// (namespace/name/uid), shared by the bindings as they would be.
-var podIDs = func() []string {
-	ids := make([]string, 100)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("llm/vllm-decode-7f9c8d-%05d/%08x-4e1f-4b8a-9c3d-%012x", i, i*7919, i*104729)
-	}
-	return ids
-}()
+// key and podIDs are the workload the stores' Go benchmarks share
+// (storebench): keys as the resolver makes them, 100 pod-shaped backend IDs.
+func key(i int) string { return storebench.Key(i) }
 
-// key is the store key of session i of the benchmark's pool, as the
-// resolver computes it.
-func key(i int) string { return session.StoreKey("default/llm", fmt.Sprint("session-", i)) }
+var podIDs = storebench.PodIDs
 
 // fill creates bindings for sessions [from, to) and returns the heap the
 // store grew by per binding (after a GC on both sides), keys included,
-// since the store keeps them.
+// since the store keeps them (as it keeps them: a store may hold a key in
+// 16 bytes rather than as the 32-character string the resolver passes).
 func fill(s store.Store, from, to int) (float64, error) {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	ctx := context.Background()
-	for i := from; i < to; i++ {
-		if _, err := s.Create(ctx, key(i), store.Binding{Pod: podIDs[i%len(podIDs)], Created: time.Now()}, time.Hour); err != nil {
-			return 0, err
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(to-from), nil
+	return storebench.BytesPerBinding(s, from, to, time.Hour)
 }
 
 // cpuTime is this process's user+system CPU time.

@@ -49,8 +49,12 @@ func writeRingKey(dir string) (string, error) {
 }
 
 // startNode starts a replica that joins seed (none: a new ring), with
-// the ring key keyFile.
+// the ring key keyFile, holding at most maxEntries bindings (0: the
+// sidecar's default).
 func startNode(name, seed, keyFile string, maxEntries int) (*node, error) {
+	if maxEntries == 0 {
+		maxEntries = config.DefaultMaxEntries
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -150,7 +154,7 @@ func convergence(nodes []*node, samples int) ([]time.Duration, error) {
 // holds all n, checking a sample of them.
 func join(holder *node, n int, keyFile string) (time.Duration, error) {
 	start := time.Now()
-	s, err := startNode("bench-joiner", holder.addr, keyFile, 0)
+	s, err := startNode("bench-joiner", holder.addr, keyFile, 2*n)
 	if err != nil {
 		return 0, err
 	}

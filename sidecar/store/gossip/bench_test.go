@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/store/storebench"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
@@ -212,37 +213,96 @@ func BenchmarkRefreshTraffic(b *testing.B) {
 	}
 }
 
-// BenchmarkMemoryPerBinding measures the heap one node's local state takes
-// per binding at 1,000,000 bindings (keys as session.StoreKey makes them,
-// 100 distinct decode pods, PD pairs for a quarter of them).
+// BenchmarkBytesPerBinding measures the live heap one replica takes per
+// binding at 1,000,000 bindings, from before New (memberlist included) to
+// after the last Create through the public API, with keys as the resolver
+// makes them and 100 pod-shaped backend IDs (the workload of
+// e2e/bench/scale).
 //
-//	go test -run '^$' -bench MemoryPerBinding -benchtime 1x ./sidecar/store/gossip/
-func BenchmarkMemoryPerBinding(b *testing.B) {
+//	go test -run '^$' -bench BytesPerBinding -benchtime 1x ./sidecar/store/gossip/
+func BenchmarkBytesPerBinding(b *testing.B) {
 	const n = 1_000_000
-	keys := make([]key, n)
-	for i := range keys {
-		keys[i] = keyOf(session.StoreKey("pool", fmt.Sprint("session-", i)))
-	}
 	for range b.N {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		st := newState(n, 0)
-		for i, k := range keys {
-			v := value{Created: int64(i), Pod: fmt.Sprintf("vllm-decode-7f9c8d-%05d", i%100)}
-			if i%4 == 0 {
-				v.Prefill = fmt.Sprintf("vllm-prefill-5b6c7d-%05d", i%20)
-			}
-			st.create(k, v, 0, 300_000)
+		before := storebench.HeapAlloc()
+		s := startNode(b, newTestNet(), "holder", nil, production)
+		if err := storebench.Fill(s, 0, n, time.Hour); err != nil {
+			b.Fatal(err)
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		if st.len() != n {
-			b.Fatalf("state holds %d of %d (evicted %d)", st.len(), n, st.evicted.Load())
+		after := storebench.HeapAlloc()
+		if got := s.Len(); got != n {
+			b.Fatalf("replica holds %d of %d bindings", got, n)
 		}
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/binding")
-		runtime.KeepAlive(st)
+		b.ReportMetric(float64(int64(after)-int64(before))/n, "bytes/binding")
+		runtime.KeepAlive(s)
+		_ = s.Close()
 	}
+}
+
+// createKeys are the keys BenchmarkStoreCreate cycles through: ten times
+// the replica's cap, so that once it is full every Create evicts.
+var createKeys = sync.OnceValue(func() []string {
+	ks := make([]string, 1_000_000)
+	for i := range ks {
+		ks[i] = storebench.Key(i)
+	}
+	return ks
+})
+
+// BenchmarkStoreCreate is a new session's commit through the public API of
+// a replica alone in its ring, at its cap of 100,000 bindings (each Create
+// evicts one), from one goroutine per core. It includes the announcement
+// (encoding the delta, queueing it for gossip and the direct sends).
+func BenchmarkStoreCreate(b *testing.B) {
+	ks := createKeys()
+	s := startNode(b, newTestNet(), "creator", nil, production,
+		func(c *configGossip, _ *Options) { c.MaxEntries = len(ks) / 10 })
+	for i := range len(ks) / 10 {
+		if _, err := s.Create(context.Background(), ks[i], storebench.Binding(i), time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	start := len(ks) / 10
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		mu.Lock()
+		i := start
+		start += len(ks) / 4
+		mu.Unlock()
+		ctx := context.Background()
+		for pb.Next() {
+			k := i % len(ks)
+			if _, err := s.Create(ctx, ks[k], storebench.Binding(k), time.Hour); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkStoreLookup is the sticky hot path through the public API: a
+// lookup-and-refresh of one of 100,000 bindings, from parallel goroutines.
+func BenchmarkStoreLookup(b *testing.B) {
+	const n = 100_000
+	ks := createKeys()[:n]
+	s := startNode(b, newTestNet(), "looker", nil, production)
+	for i, k := range ks {
+		if _, err := s.Create(context.Background(), k, storebench.Binding(i), time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		r := rand.New(rand.NewPCG(rand.Uint64(), 0))
+		ctx := context.Background()
+		for pb.Next() {
+			if _, ok, _ := s.Lookup(ctx, ks[r.IntN(n)], time.Hour); !ok {
+				b.Fatal("miss")
+			}
+		}
+	})
 }
 
 // BenchmarkLookup is the request path: a lookup-and-refresh on one node's

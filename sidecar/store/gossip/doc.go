@@ -1,9 +1,9 @@
 // Package gossip is the store that router replicas share over a
 // hashicorp/memberlist ring, without Redis.
 //
-// Every replica holds every binding in a bounded local map (maxEntries;
-// when full, the binding that expires first among a random sample is
-// evicted, an approximate LRU). Reads never leave the process. Changes
+// Every replica holds every binding in a bounded local table (maxEntries;
+// when full, a CLOCK approximation of least recent local use picks the
+// binding to evict, see state.go). Reads never leave the process. Changes
 // travel as deltas; memberlist provides membership, failure detection,
 // the transport and encryption.
 //

@@ -2,28 +2,17 @@ package gossip
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
+
+	"github.com/tetherproxy/tether/sidecar/store/internal/table"
 )
 
-// key is a store key in 16 bytes instead of the 32-hex string callers pass:
-// half the memory per binding and a fixed-size map key.
-type key [16]byte
+// key is a store key in 16 bytes instead of the 32-hex string callers
+// pass: half the memory per binding and a fixed-size table key. keyOf
+// decodes a session.StoreKey and hashes anything else (SHA-256, first 16
+// bytes), the same way on every replica, so odd keys still work and agree.
+type key = table.Key
 
-// keyOf turns a store key into its 16-byte form. Keys are the 32-hex
-// session.StoreKey; anything else is hashed (SHA-256, first 16 bytes), the
-// same way on every replica, so odd keys still work and still agree.
-func keyOf(s string) key {
-	var k key
-	if len(s) == 2*len(k) {
-		if _, err := hex.Decode(k[:], []byte(s)); err == nil {
-			return k
-		}
-	}
-	sum := sha256.Sum256([]byte(s))
-	copy(k[:], sum[:len(k)])
-	return k
-}
+func keyOf(s string) key { return table.KeyOf(s) }
 
 // value is one replica's view of a binding: the unit of merge and of
 // gossip. Expires is local (this replica's clock, unix ms); everything

@@ -118,7 +118,7 @@ func TestStateApplyOrderIndependent(t *testing.T) {
 			st.apply(k, ds[i], now)
 		}
 		sh := st.shard(k)
-		got := sh.value(sh.m[k])
+		got := sh.value(sh.t.Get(k))
 		if want := (value{Gen: 1, Created: 300, Pod: "pod-d", Expires: 9500}); got != want {
 			t.Fatalf("order %v: got %+v, want %+v", p, got, want)
 		}

@@ -4,15 +4,25 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tetherproxy/tether/sidecar/store/internal/table"
 )
 
-// The local state: a bounded map from key to entry, split into shards so
+// The local state: a bounded table from key to entry, split into shards so
 // that a sweep or a state transfer never holds one lock over a million
 // entries, and so that lookups on different sessions rarely contend.
 //
-// An entry is 40 bytes plus its 16-byte key: backend IDs are interned per
-// shard (a uint32 instead of a string header), times are unix ms, and the
-// refresh bookkeeping is one uint32 and a flag bit.
+// An entry is 40 bytes plus its 16-byte key, no pointers, in the slots of
+// internal/table (about 70 bytes a binding with the index, at a million):
+// backend IDs are interned per shard (a uint32 instead of a string
+// header), times are unix ms, and the refresh bookkeeping is one uint32
+// and a flag bit.
+//
+// Eviction is the table's CLOCK, by local use: a local Lookup or Create
+// marks an entry; values merged from peers and tombstones do not. The
+// entry evicted is the first the hand finds unmarked since its last pass,
+// or expired: an approximation of least recently used on this replica,
+// whatever the expiries (a long TTL buys no protection).
 
 const (
 	flagTomb  = 1 << iota // the binding was deleted (compare-and-delete)
@@ -23,11 +33,11 @@ const (
 const announceTick = 100 // ms
 
 // maxShards bounds the shard count; small stores (tests, tiny maxEntries)
-// keep fewer shards so eviction samples from a well-filled map.
+// keep fewer shards so that eviction, which is per shard, chooses among
+// many entries.
 const (
 	maxShards       = 64
 	minShardEntries = 4096 // per shard at maxEntries
-	evictSample     = 8
 )
 
 type entry struct {
@@ -45,8 +55,8 @@ type entry struct {
 
 type shard struct {
 	mu    sync.Mutex
-	m     map[key]entry
-	names interner
+	t     table.Table[entry]
+	names table.Names
 	dirty []key
 }
 
@@ -72,10 +82,6 @@ func newState(maxEntries int, epoch int64) *state {
 		n *= 2
 	}
 	s := &state{shards: make([]shard, n), mask: uint16(n - 1), epoch: epoch, max: int64(max(maxEntries, 1))}
-	for i := range s.shards {
-		s.shards[i].m = make(map[key]entry)
-		s.shards[i].names = newInterner()
-	}
 	return s
 }
 
@@ -97,8 +103,13 @@ func (s *state) lookup(k key, now, ttl int64, refresh bool) (value, bool) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[k]
-	if !ok || e.flags&flagTomb != 0 || e.expires <= now {
+	var e *entry
+	if refresh {
+		e = sh.t.Use(k)
+	} else {
+		e = sh.t.Get(k)
+	}
+	if e == nil || e.flags&flagTomb != 0 || e.expires <= now {
 		return value{}, false
 	}
 	if refresh {
@@ -107,7 +118,6 @@ func (s *state) lookup(k key, now, ttl int64, refresh bool) (value, bool) {
 			e.flags |= flagDirty
 			sh.dirty = append(sh.dirty, k)
 		}
-		sh.m[k] = e
 	}
 	return sh.value(e), true
 }
@@ -120,16 +130,16 @@ func (s *state) create(k key, v value, now, ttl int64) (value, bool) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[k]
-	if ok && e.flags&flagTomb == 0 && e.expires > now {
+	e := sh.t.Get(k)
+	if e != nil && e.flags&flagTomb == 0 && e.expires > now {
 		return sh.value(e), false
 	}
-	if ok && e.flags&flagTomb != 0 && e.gen >= v.Gen {
+	if e != nil && e.flags&flagTomb != 0 && e.gen >= v.Gen {
 		v.Gen = e.gen + 1
 	}
 	v.Tomb = false
 	v.Expires = now + ttl
-	s.put(sh, k, v, now)
+	s.put(sh, k, v, now, true)
 	return v, true
 }
 
@@ -140,15 +150,14 @@ func (s *state) compareAndDelete(k key, gen uint64, pod, prefill string, now, gr
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[k]
-	if !ok || e.flags&flagTomb != 0 || e.expires <= now || e.gen != gen ||
-		sh.names.name(e.pod) != pod || sh.names.name(e.prefill) != prefill {
+	e := sh.t.Get(k)
+	if e == nil || e.flags&flagTomb != 0 || e.expires <= now || e.gen != gen ||
+		sh.names.Name(e.pod) != pod || sh.names.Name(e.prefill) != prefill {
 		return value{}, false
 	}
 	e.flags = flagTomb
 	e.expires = now + 2*(e.expires-now) + grace
 	e.announced = s.ticks(e.expires)
-	sh.m[k] = e
 	s.live.Add(-1)
 	return sh.value(e), true
 }
@@ -174,9 +183,9 @@ func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[k]
-	if !ok || e.expires <= now {
-		s.put(sh, k, in, now)
+	e := sh.t.Get(k)
+	if e == nil || e.expires <= now {
+		s.put(sh, k, in, now, false)
 		return applyAdopted, value{}
 	}
 	cur := sh.value(e)
@@ -187,30 +196,29 @@ func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 	case won == cur:
 		return applyRejected, cur
 	case !sameIdentity(won, cur):
-		s.put(sh, k, won, now)
+		s.put(sh, k, won, now, false)
 		return applyReplaced, value{}
 	}
 	// The same binding with a later expiry: a refresh.
 	e.expires = won.Expires
 	e.announced = max(e.announced, s.ticks(won.Expires))
-	sh.m[k] = e
 	return applyExtended, value{}
 }
 
 // put stores v under k, replacing whatever is there (the caller holds the
-// lock and has decided v wins). A new key past maxEntries evicts one entry
-// of this shard: the bound is global, exceeded at most by one entry per
-// shard that happened to be empty. The ring already knows v's expiry (v was
-// just broadcast or received).
-func (s *state) put(sh *shard, k key, v value, now int64) {
-	if old, ok := sh.m[k]; ok {
-		sh.drop(old)
+// lock and has decided v wins); use marks a local use (for eviction). A new
+// key past maxEntries evicts one entry of this shard: the bound is global,
+// exceeded at most by one entry per shard that happened to be empty. The
+// ring already knows v's expiry (v was just broadcast or received).
+func (s *state) put(sh *shard, k key, v value, now int64, use bool) {
+	if old := sh.t.Get(k); old != nil {
+		sh.drop(*old)
 		if old.flags&flagTomb == 0 {
 			s.live.Add(-1)
 		}
 	} else {
 		if s.count.Load() >= s.max {
-			s.evict(sh)
+			s.evict(sh, now)
 		}
 		s.count.Add(1)
 	}
@@ -218,8 +226,8 @@ func (s *state) put(sh *shard, k key, v value, now int64) {
 		gen:       v.Gen,
 		created:   v.Created,
 		expires:   v.Expires,
-		pod:       sh.names.intern(v.Pod),
-		prefill:   sh.names.intern(v.Prefill),
+		pod:       sh.names.Intern(v.Pod),
+		prefill:   sh.names.Intern(v.Prefill),
 		announced: s.ticks(v.Expires),
 	}
 	if v.Tomb {
@@ -227,34 +235,19 @@ func (s *state) put(sh *shard, k key, v value, now int64) {
 	} else {
 		s.live.Add(1)
 	}
-	sh.m[k] = e
+	sh.t.Put(k, e, use)
 }
 
-// evict removes the entry that expires first among a few sampled ones
-// (Go map iteration starts at a random slot): an approximate LRU, since a
-// sliding expiry is last use plus TTL, without a list through every entry.
-// Expired entries and tombstones near their end go first.
-func (s *state) evict(sh *shard) {
-	var (
-		victim key
-		best   entry
-		n      int
-	)
-	for k, e := range sh.m {
-		if n == 0 || e.expires < best.expires {
-			victim, best = k, e
-		}
-		if n++; n == evictSample {
-			break
-		}
-	}
-	if n == 0 {
+// evict removes one entry of sh: the first the CLOCK hand finds expired or
+// not used locally since it last passed (see the top of this file).
+func (s *state) evict(sh *shard, now int64) {
+	_, e, ok := sh.t.Evict(func(e *entry) bool { return e.expires <= now })
+	if !ok {
 		return
 	}
-	delete(sh.m, victim)
 	s.count.Add(-1)
-	sh.drop(best)
-	if best.flags&flagTomb == 0 {
+	sh.drop(e)
+	if e.flags&flagTomb == 0 {
 		s.live.Add(-1)
 	}
 	s.evicted.Add(1)
@@ -266,19 +259,19 @@ func (s *state) sweep(now int64) (expired int) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
+		sh.t.Range(func(_ key, e *entry) bool {
 			if e.expires > now {
-				continue
+				return true
 			}
-			delete(sh.m, k)
 			s.count.Add(-1)
-			sh.drop(e)
+			sh.drop(*e)
 			if e.flags&flagTomb == 0 {
 				s.live.Add(-1)
 				expired++
 			}
-		}
-		if len(sh.m) == 0 && cap(sh.dirty) > 1024 {
+			return false
+		})
+		if sh.t.Len() == 0 && cap(sh.dirty) > 1024 {
 			sh.dirty = nil
 		}
 		sh.mu.Unlock()
@@ -294,8 +287,8 @@ func (s *state) takeDirty(now int64) []pair {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, k := range sh.dirty {
-			e, ok := sh.m[k]
-			if !ok || e.flags&flagDirty == 0 {
+			e := sh.t.Get(k)
+			if e == nil || e.flags&flagDirty == 0 {
 				continue
 			}
 			e.flags &^= flagDirty
@@ -303,7 +296,6 @@ func (s *state) takeDirty(now int64) []pair {
 				e.announced = s.ticks(e.expires)
 				out = append(out, pair{k, sh.value(e)})
 			}
-			sh.m[k] = e
 		}
 		sh.dirty = sh.dirty[:0]
 		sh.mu.Unlock()
@@ -317,12 +309,13 @@ func (s *state) snapshot(i int, now int64) []pair {
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	out := make([]pair, 0, len(sh.m))
-	for k, e := range sh.m {
+	out := make([]pair, 0, sh.t.Len())
+	sh.t.Range(func(k key, e *entry) bool {
 		if e.expires > now {
 			out = append(out, pair{k, sh.value(e)})
 		}
-	}
+		return true
+	})
 	return out
 }
 
@@ -330,67 +323,18 @@ func (s *state) snapshot(i int, now int64) []pair {
 // the next sweep.
 func (s *state) len() int { return int(s.live.Load()) }
 
-func (sh *shard) value(e entry) value {
+func (sh *shard) value(e *entry) value {
 	return value{
 		Gen:     e.gen,
 		Created: e.created,
-		Pod:     sh.names.name(e.pod),
-		Prefill: sh.names.name(e.prefill),
+		Pod:     sh.names.Name(e.pod),
+		Prefill: sh.names.Name(e.prefill),
 		Tomb:    e.flags&flagTomb != 0,
 		Expires: e.expires,
 	}
 }
 
 func (sh *shard) drop(e entry) {
-	sh.names.release(e.pod)
-	sh.names.release(e.prefill)
+	sh.names.Release(e.pod)
+	sh.names.Release(e.prefill)
 }
-
-// interner maps backend IDs to small numbers with reference counts, so a
-// pod that leaves releases its name once its last binding is gone.
-// ID 0 is the empty string and is never counted.
-type interner struct {
-	ids   map[string]uint32
-	names []string
-	refs  []uint32
-	free  []uint32
-}
-
-func newInterner() interner {
-	return interner{ids: map[string]uint32{}, names: []string{""}, refs: []uint32{0}}
-}
-
-func (in *interner) intern(s string) uint32 {
-	if s == "" {
-		return 0
-	}
-	if id, ok := in.ids[s]; ok {
-		in.refs[id]++
-		return id
-	}
-	var id uint32
-	if n := len(in.free); n > 0 {
-		id = in.free[n-1]
-		in.free = in.free[:n-1]
-		in.names[id], in.refs[id] = s, 1
-	} else {
-		id = uint32(len(in.names))
-		in.names = append(in.names, s)
-		in.refs = append(in.refs, 1)
-	}
-	in.ids[s] = id
-	return id
-}
-
-func (in *interner) release(id uint32) {
-	if id == 0 {
-		return
-	}
-	if in.refs[id]--; in.refs[id] == 0 {
-		delete(in.ids, in.names[id])
-		in.names[id] = ""
-		in.free = append(in.free, id)
-	}
-}
-
-func (in *interner) name(id uint32) string { return in.names[id] }

@@ -105,7 +105,7 @@ func TestStateSweepAndEvict(t *testing.T) {
 	for i := range 300 {
 		st.create(k(i), value{Created: int64(i), Pod: fmt.Sprint("pod-", i%7)}, int64(i), 1000)
 	}
-	if n := len(st.shards[0].m); n != 100 || st.len() != 100 {
+	if n := st.shards[0].t.Len(); n != 100 || st.len() != 100 {
 		t.Fatalf("bound: %d entries, len %d; want 100", n, st.len())
 	}
 	if st.evicted.Load() != 200 {
@@ -117,8 +117,8 @@ func TestStateSweepAndEvict(t *testing.T) {
 	}
 	st.sweep(1e9)
 	sh := &st.shards[0]
-	if len(sh.m) != 0 || len(sh.names.ids) != 0 || st.len() != 0 {
-		t.Fatalf("after sweeping everything: %d entries, %d interned names, len %d", len(sh.m), len(sh.names.ids), st.len())
+	if sh.t.Len() != 0 || sh.names.Len() != 0 || st.len() != 0 {
+		t.Fatalf("after sweeping everything: %d entries, %d interned names, len %d", sh.t.Len(), sh.names.Len(), st.len())
 	}
 }
 
@@ -136,5 +136,35 @@ func TestStateShards(t *testing.T) {
 	}
 	if n := st.count.Load(); n < 20_000 || n > 20_000+int64(len(st.shards)) {
 		t.Fatalf("%d entries for maxEntries 20000 over %d shards", n, len(st.shards))
+	}
+}
+
+// TestStateEvictsByLocalUse: eviction follows local use, not expiry: a
+// binding with a far expiry gets no protection from it, and values merged
+// from peers go before bindings this replica uses.
+func TestStateEvictsByLocalUse(t *testing.T) {
+	st := newState(2, 0)
+	st.create(k(1), value{Pod: "far"}, 0, maxTTL)
+	st.create(k(2), value{Pod: "near"}, 0, 1000)
+	st.lookup(k(2), 10, 1000, true)
+	st.create(k(3), value{Pod: "new"}, 20, 1000)
+	if _, ok := st.lookup(k(1), 30, 0, false); ok {
+		t.Fatal("the binding with the far expiry was kept over the one in use")
+	}
+	if _, ok := st.lookup(k(2), 30, 0, false); !ok {
+		t.Fatal("the binding in use was evicted")
+	}
+
+	st = newState(2, 0)
+	st.create(k(1), value{Pod: "local"}, 0, 1000)
+	st.apply(k(2), value{Pod: "remote", Expires: maxTTL}, 0)
+	st.create(k(3), value{Pod: "new"}, 10, 1000)
+	if _, ok := st.lookup(k(2), 20, 0, false); ok {
+		t.Fatal("a value merged from a peer was kept over a local binding")
+	}
+	for _, i := range []int{1, 3} {
+		if _, ok := st.lookup(k(i), 20, 0, false); !ok {
+			t.Fatalf("local binding %d evicted", i)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -174,6 +175,49 @@ func TestEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
+func TestBindingRoundTrips(t *testing.T) {
+	s := newStore(t, 100)
+	created := time.Unix(1700000000, 123456789)
+	b := store.Binding{Pod: "ns/decode-1/uid-1", PrefillPod: "ns/prefill-1/uid-2", Gen: 1 << 40, Created: created}
+	s.Create(ctx, "k", b, time.Minute)
+	got, ok, _ := s.Peek(ctx, "k")
+	if !ok || !got.SameTarget(b) || !got.Created.Equal(created) {
+		t.Fatalf("Peek = %+v, want %+v", got, b)
+	}
+	s.Create(ctx, "no-created", store.Binding{Pod: "a"}, time.Minute)
+	if got, _, _ := s.Peek(ctx, "no-created"); !got.Created.IsZero() {
+		t.Fatalf("a binding without Created came back with %v", got.Created)
+	}
+}
+
+// TestBackendNamesFreed: a store interns backend IDs; once no binding
+// names a backend (deleted, evicted, expired), its ID is not held.
+func TestBackendNamesFreed(t *testing.T) { synctest.Test(t, testBackendNamesFreed) }
+
+func testBackendNamesFreed(t *testing.T) {
+	s := newStore(t, shardCount*10)
+	for i := range 2000 { // most are evicted
+		s.Create(ctx, fmt.Sprint(i), store.Binding{Pod: fmt.Sprint("pod-", i), PrefillPod: fmt.Sprint("pf-", i%3)}, time.Second)
+	}
+	for i := range 10 {
+		s.CompareAndDelete(ctx, fmt.Sprint(1990+i), store.Binding{Pod: fmt.Sprint("pod-", 1990+i), PrefillPod: fmt.Sprint("pf-", (1990+i)%3)})
+	}
+	names := func() (n int) {
+		for i := range s.shards {
+			n += s.shards[i].names.Len()
+		}
+		return n
+	}
+	if n, max := names(), 2*s.Len(); n > max {
+		t.Fatalf("%d names held for %d bindings", n, s.Len())
+	}
+	time.Sleep(2 * time.Second)
+	s.Sweep()
+	if n := names(); n != 0 || s.Len() != 0 {
+		t.Fatalf("after every binding expired: %d names, %d bindings", n, s.Len())
+	}
+}
+
 func TestSweepFreesExpired(t *testing.T) { synctest.Test(t, testSweepFreesExpired) }
 
 func testSweepFreesExpired(t *testing.T) {
@@ -251,4 +295,12 @@ func BenchmarkLookupRefresh(b *testing.B) {
 			i++
 		}
 	})
+}
+
+func TestHugeTTLDoesNotWrap(t *testing.T) {
+	s := newStore(t, 10)
+	s.Create(ctx, "k", store.Binding{Pod: "a"}, time.Duration(math.MaxInt64))
+	if _, ok, _ := s.Lookup(ctx, "k", time.Duration(math.MaxInt64)); !ok {
+		t.Fatal("a binding with the largest TTL expired at once")
+	}
 }
