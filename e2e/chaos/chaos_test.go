@@ -624,27 +624,34 @@ func TestFaultyBackends(t *testing.T) {
 	window := Between(recs, inject, end)
 	fails := Failures(window)
 	var allowed, unexplained []Record
-	perReplica := map[[2]string]int{}
+	// Per replica and faulty backend: the failed turns, and those of them
+	// that had ended when it was ejected (the one that ejected it logs
+	// its line just after).
+	failedTo, endedBefore := map[[2]string]int{}, map[[2]string]int{}
 	for _, f := range fails {
 		a, ok := byID[f.RequestID]
-		when, ejected := ejections[[2]string{fmt.Sprint(a.Replica), a.SelectedPod}]
+		k := [2]string{fmt.Sprint(a.Replica), a.SelectedPod}
+		when, ejected := ejections[k]
 		if ok && ejected && bad[a.SelectedPod] != "" && a.Start().Before(when) {
 			allowed = append(allowed, f)
+			failedTo[k]++
 			if !a.Time.After(when) {
-				perReplica[[2]string{fmt.Sprint(a.Replica), a.SelectedPod}]++
+				endedBefore[k]++
 			}
 		} else {
 			unexplained = append(unexplained, f)
 		}
 	}
 	notes := []string{}
-	for k, n := range perReplica {
-		notes = append(notes, fmt.Sprintf("replica-%s ejected the %s backend after %d failed requests (consecutiveFailures %d).", k[0], bad[k[1]], n, ConsecutiveFailures))
-		if n > ConsecutiveFailures {
-			t.Errorf("replica-%s ejected %s after %d failures, more than consecutiveFailures %d", k[0], k[1], n, ConsecutiveFailures)
+	for k, when := range ejections {
+		notes = append(notes, fmt.Sprintf("replica-%s ejected the %s backend %s after the fault began; %d turns sent to it failed (%d of them ended before the ejection, the others were in flight or ejected it).",
+			k[0], bad[k[1]], round(when.Sub(inject)), failedTo[k], endedBefore[k]))
+		if endedBefore[k] > ConsecutiveFailures {
+			t.Errorf("replica-%s ejected %s after %d failed turns, more than consecutiveFailures %d", k[0], k[1], endedBefore[k], ConsecutiveFailures)
 		}
 	}
 	sort.Strings(notes)
+	notes = append(notes, "A request the resetting backend dropped before any response byte was retried on another backend; it fails only when the retry, too, went to a faulty backend. A request to the backend that never answers fails with 504 after the first-byte timeout.")
 	report.Fault(Figures{
 		Fault: "5. one backend resets every request, another never answers", Sent: len(window), Failed: len(fails),
 		Allowed: len(allowed), AllowedWhy: "requests to a faulty backend that started before this replica ejected it",
