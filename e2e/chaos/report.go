@@ -134,7 +134,9 @@ func (r *Report) Summary() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder
-	b.WriteString(r.faultTable())
+	if len(r.faults) > 0 {
+		b.WriteString(r.faultTable())
+	}
 	for _, c := range r.churns {
 		if len(c.Samples) < 2 {
 			continue
