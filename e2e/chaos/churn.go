@@ -31,6 +31,10 @@ type ChurnOptions struct {
 	Samples int
 }
 
+// restBeforeSample is how long a load run rests before a sample: past the
+// sidecar's idle timeout of upstream connections (4 s).
+const restBeforeSample = 5 * time.Second
+
 // RunChurn runs the load and samples the first replica's goroutines,
 // open file descriptors, heap, RSS and bindings after each part, with
 // the latency of that part's requests.
@@ -75,6 +79,16 @@ func RunChurn(env *procs.Env, o ChurnOptions) (Churn, error) {
 		r := loadgen.Run(context.Background(), loadgen.Config{Rate: o.Rate, Duration: time.Duration(float64(sessions) / o.Rate * float64(time.Second)), MaxInFlight: 512}, do)
 		next += r.Sent
 		res.Failed += r.Errors
+		if r.FirstErr != nil && res.FirstErr == "" {
+			res.FirstErr = r.FirstErr.Error()
+		}
+		// Sampled at rest: every request answered (Run returns after the
+		// last response), the client's idle connections closed and the
+		// sidecar's upstream ones past their idle timeout, so that what
+		// is left open is what a leak would leave, not the pools of the
+		// part's peak concurrency.
+		client.CloseIdleConnections()
+		time.Sleep(restBeforeSample)
 		return r
 	}
 	start := time.Now()

@@ -36,8 +36,9 @@ type Churn struct {
 	MaxEntries int
 	Replicas   int
 	Failed     int
+	FirstErr   string // the first failure's error
 	Elapsed    time.Duration
-	// Samples of the first replica's /metrics after each tenth of the run.
+	// Samples of the first replica's /metrics after a warm-up and after each part of the run.
 	Samples []Sample
 }
 
@@ -154,6 +155,10 @@ func (c Churn) markdown() string {
 	fmt.Fprintf(&b, "### %s\n\n", c.Name)
 	fmt.Fprintf(&b, "%d distinct sessions, one turn each, at %.0f per second through %d replica(s) with maxEntries %d: %d failed, %s.\n\n",
 		c.Sessions, c.Rate, c.Replicas, c.MaxEntries, c.Failed, c.Elapsed.Round(time.Second))
+	if c.FirstErr != "" {
+		fmt.Fprintf(&b, "The first failure: %s.\n\n", c.FirstErr)
+	}
+	b.WriteString("Goroutines and open file descriptors are sampled at rest, after each part's last response, with idle connections closed.\n\n")
 	b.WriteString("| sessions so far | goroutines | open fds | heap in use | RSS | bindings held | p50 | p99 |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range c.Samples {
