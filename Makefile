@@ -167,7 +167,7 @@ FUZZ_TARGETS := \
   FuzzExtract:./sidecar/session FuzzClaim:./sidecar/jwtauth FuzzParse:./sidecar/config \
   FuzzDecode:./sidecar/store/gossip FuzzParseBinding:./sidecar/store/redisstore \
   FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook \
-  FuzzInject:./injector/manifest FuzzRequestMeta:./sidecar/proxy
+  FuzzInject:./injector/manifest FuzzRequestMeta:./sidecar/proxy FuzzVerify:./sidecar/token FuzzKeyOf:./sidecar/store/internal/table
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} ($${t#*:}) for $(FUZZTIME)"; \

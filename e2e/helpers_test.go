@@ -220,7 +220,7 @@ func (r *router) lastAccess(sessionKey string) cluster.AccessLog {
 		}
 		return nil
 	})
-	h := session.ShortHash("chat", sessionKey)
+	h := session.StoreKey("chat", sessionKey)
 	for i := len(logs) - 1; i >= 0; i-- {
 		if logs[i].KeyHash == h {
 			return logs[i]

@@ -55,7 +55,10 @@ func run() error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// A LevelVar, so PUT /debug/loglevel changes the level at run time.
+	levelVar := new(slog.LevelVar)
+	levelVar.Set(level)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: levelVar}))
 
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
@@ -66,7 +69,7 @@ func run() error {
 		return nil
 	}
 	// The pod's identity, from the downward API; the only place that reads it.
-	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP")}
+	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP"), LogLevel: levelVar}
 	if deps.PodName == "" {
 		deps.PodName, _ = os.Hostname()
 	}

@@ -34,18 +34,25 @@ type Annotations struct {
 	ListenPort          int
 	AdminPort           int
 	GossipPort          int
+	DebugPort           int
 	Store               config.StoreBackend
 	RedisAddresses      []string
 	RedisPasswordSecret string
 	RedisUsername       string
 	RedisTLS            *bool
+	RedisCASecret       string
 	GossipKeySecret     string
-	JWTSecret           string
-	JWTAlgorithms       []string
-	JWTIssuer           string
-	JWTAudience         string
-	ConfigMap           string
-	LogLevel            string
+	StoreKeySecret      string
+	// RedisRequireAtStartup and GossipRequireAtStartup: nil unless set.
+	RedisRequireAtStartup  *bool
+	GossipRequireAtStartup *bool
+	JWTSecret              string
+	JWTAlgorithms          []string
+	JWTIssuer              string
+	JWTAudience            string
+	JWTRequireExp          *bool
+	ConfigMap              string
+	LogLevel               string
 	// ProxyCPU and ProxyMemory: the request, and the limit when given.
 	ProxyCPU           Resource
 	ProxyMemory        Resource
@@ -85,35 +92,41 @@ type parser func(v string, a *Annotations, p *problems) string
 
 // parsers holds one validator per key; a key absent here is unknown.
 var parsers = map[string]parser{
-	AnnotationInject:              parseInject,
-	AnnotationPool:                parsePool,
-	AnnotationSources:             parseSources,
-	AnnotationTTL:                 parseTTL,
-	AnnotationBackendSelector:     selectorInto(func(a *Annotations) *string { return &a.BackendSelector }),
-	AnnotationPrefillSelector:     selectorInto(func(a *Annotations) *string { return &a.PrefillSelector }),
-	AnnotationDecodeSelector:      selectorInto(func(a *Annotations) *string { return &a.DecodeSelector }),
-	AnnotationBackendPort:         parseBackendPort,
-	AnnotationPDGroupLabel:        parseGroupLabel,
-	AnnotationAffinity:            parseAffinity,
-	AnnotationListenPort:          portInto(func(a *Annotations) *int { return &a.ListenPort }),
-	AnnotationAdminPort:           portInto(func(a *Annotations) *int { return &a.AdminPort }),
-	AnnotationGossipPort:          portInto(func(a *Annotations) *int { return &a.GossipPort }),
-	AnnotationStore:               parseStore,
-	AnnotationRedisAddress:        parseRedisAddress,
-	AnnotationRedisPasswordSecret: secretInto(func(a *Annotations) *string { return &a.RedisPasswordSecret }),
-	AnnotationRedisUsername:       parseRedisUsername,
-	AnnotationRedisTLS:            parseRedisTLS,
-	AnnotationGossipKeySecret:     secretInto(func(a *Annotations) *string { return &a.GossipKeySecret }),
-	AnnotationJWTSecret:           secretInto(func(a *Annotations) *string { return &a.JWTSecret }),
-	AnnotationJWTAlgorithms:       parseJWTAlgorithms,
-	AnnotationJWTIssuer:           textInto(func(a *Annotations) *string { return &a.JWTIssuer }),
-	AnnotationJWTAudience:         textInto(func(a *Annotations) *string { return &a.JWTAudience }),
-	AnnotationConfig:              parseConfigMap,
-	AnnotationLogLevel:            parseLogLevel,
-	AnnotationProxyCPU:            resourceInto(func(a *Annotations) *Resource { return &a.ProxyCPU }),
-	AnnotationProxyMemory:         resourceInto(func(a *Annotations) *Resource { return &a.ProxyMemory }),
-	AnnotationPrometheusScrape:    parsePrometheusScrape,
-	AnnotationSessionTokenSecret:  secretInto(func(a *Annotations) *string { return &a.SessionTokenSecret }),
+	AnnotationInject:                 parseInject,
+	AnnotationPool:                   parsePool,
+	AnnotationSources:                parseSources,
+	AnnotationTTL:                    parseTTL,
+	AnnotationBackendSelector:        selectorInto(func(a *Annotations) *string { return &a.BackendSelector }),
+	AnnotationPrefillSelector:        selectorInto(func(a *Annotations) *string { return &a.PrefillSelector }),
+	AnnotationDecodeSelector:         selectorInto(func(a *Annotations) *string { return &a.DecodeSelector }),
+	AnnotationBackendPort:            parseBackendPort,
+	AnnotationPDGroupLabel:           parseGroupLabel,
+	AnnotationAffinity:               parseAffinity,
+	AnnotationListenPort:             portInto(func(a *Annotations) *int { return &a.ListenPort }),
+	AnnotationAdminPort:              portInto(func(a *Annotations) *int { return &a.AdminPort }),
+	AnnotationGossipPort:             portInto(func(a *Annotations) *int { return &a.GossipPort }),
+	AnnotationDebugPort:              portInto(func(a *Annotations) *int { return &a.DebugPort }),
+	AnnotationStore:                  parseStore,
+	AnnotationRedisAddress:           parseRedisAddress,
+	AnnotationRedisPasswordSecret:    secretInto(func(a *Annotations) *string { return &a.RedisPasswordSecret }),
+	AnnotationRedisUsername:          parseRedisUsername,
+	AnnotationRedisTLS:               parseRedisTLS,
+	AnnotationRedisCASecret:          secretInto(func(a *Annotations) *string { return &a.RedisCASecret }),
+	AnnotationGossipKeySecret:        secretInto(func(a *Annotations) *string { return &a.GossipKeySecret }),
+	AnnotationStoreKeySecret:         secretInto(func(a *Annotations) *string { return &a.StoreKeySecret }),
+	AnnotationRedisRequireAtStartup:  boolInto(func(a *Annotations) **bool { return &a.RedisRequireAtStartup }),
+	AnnotationGossipRequireAtStartup: boolInto(func(a *Annotations) **bool { return &a.GossipRequireAtStartup }),
+	AnnotationJWTSecret:              secretInto(func(a *Annotations) *string { return &a.JWTSecret }),
+	AnnotationJWTAlgorithms:          parseJWTAlgorithms,
+	AnnotationJWTIssuer:              textInto(func(a *Annotations) *string { return &a.JWTIssuer }),
+	AnnotationJWTAudience:            textInto(func(a *Annotations) *string { return &a.JWTAudience }),
+	AnnotationJWTRequireExp:          boolInto(func(a *Annotations) **bool { return &a.JWTRequireExp }),
+	AnnotationConfig:                 parseConfigMap,
+	AnnotationLogLevel:               parseLogLevel,
+	AnnotationProxyCPU:               resourceInto(func(a *Annotations) *Resource { return &a.ProxyCPU }),
+	AnnotationProxyMemory:            resourceInto(func(a *Annotations) *Resource { return &a.ProxyMemory }),
+	AnnotationPrometheusScrape:       parsePrometheusScrape,
+	AnnotationSessionTokenSecret:     secretInto(func(a *Annotations) *string { return &a.SessionTokenSecret }),
 	// The status is the injector's own record; Inject reads it separately.
 	AnnotationStatus: func(string, *Annotations, *problems) string { return "" },
 }
@@ -353,6 +366,17 @@ func parseRedisTLS(v string, a *Annotations, _ *problems) string {
 		a.RedisTLS = &b
 	}
 	return rule
+}
+
+// boolInto stores "true" or "false" in an optional field.
+func boolInto(field func(*Annotations) **bool) parser {
+	return func(v string, a *Annotations, _ *problems) string {
+		b, rule := parseBool(v)
+		if rule == "" {
+			*field(a) = &b
+		}
+		return rule
+	}
 }
 
 func secretInto(field func(*Annotations) *string) parser {

@@ -20,12 +20,15 @@ type plan struct {
 	configMap           string
 	cfg                 *config.Config // nil with a ConfigMap
 	redisPasswordSecret string
+	redisCASecret       string
 	gossipKeySecret     string
 	jwtSecret           string
 	tokenSecret         string
+	storeKeySecret      string
 	listenPort          int
 	adminPort           int
 	gossipPort          int
+	debugPort           int
 	// The sidecar container's knobs: requests and limits, the Go memory
 	// limit derived from the memory limit (0: none), the log level ("":
 	// the sidecar's default) and whether to add Prometheus' scrape
@@ -50,6 +53,7 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 		listenPort:  cmp.Or(a.ListenPort, DefaultListenPort),
 		adminPort:   cmp.Or(a.AdminPort, AdminPort),
 		gossipPort:  cmp.Or(a.GossipPort, GossipPort),
+		debugPort:   cmp.Or(a.DebugPort, DebugPort),
 		logLevel:    a.LogLevel,
 	}
 	pl.resources, p = inj.resources(a)
@@ -64,9 +68,11 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 	switch pl.store {
 	case config.StoreRedis:
 		pl.redisPasswordSecret = firstNonEmpty(a.RedisPasswordSecret, inj.opts.RedisPasswordSecret)
+		pl.redisCASecret = a.RedisCASecret
 	case config.StoreGossip:
 		pl.gossipKeySecret = firstNonEmpty(a.GossipKeySecret, inj.opts.GossipKeySecret)
 	}
+	pl.storeKeySecret = a.StoreKeySecret
 	for _, c := range []struct {
 		key   string
 		store config.StoreBackend
@@ -75,14 +81,17 @@ func (inj *Injector) buildPlan(a *Annotations, pod *corev1.Pod, ns string) (*pla
 		{AnnotationRedisPasswordSecret, config.StoreRedis},
 		{AnnotationRedisUsername, config.StoreRedis},
 		{AnnotationRedisTLS, config.StoreRedis},
+		{AnnotationRedisCASecret, config.StoreRedis},
+		{AnnotationRedisRequireAtStartup, config.StoreRedis},
 		{AnnotationGossipKeySecret, config.StoreGossip},
 		{AnnotationGossipPort, config.StoreGossip},
+		{AnnotationGossipRequireAtStartup, config.StoreGossip},
 	} {
 		if a.Has(c.key) && pl.store != c.store {
 			p.add(c.key, "applies only with %s: %s (the store is %q)", AnnotationStore, c.store, pl.store)
 		}
 	}
-	for _, k := range []string{AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience} {
+	for _, k := range []string{AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience, AnnotationJWTRequireExp} {
 		if a.Has(k) && !a.Has(AnnotationJWTSecret) {
 			p.add(k, "needs %s (the Secret with the keys that verify tokens)", AnnotationJWTSecret)
 		}
@@ -120,9 +129,20 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(pl.listenPort))
 	cfg := &config.Config{
 		Listen: listen,
-		// The kubelet's probes reach the admin listener from outside the pod.
+		// The kubelet's probes reach the admin listener from outside the
+		// pod; /debug/* is on loopback only, for kubectl exec or
+		// port-forward.
 		Admin: net.JoinHostPort("0.0.0.0", strconv.Itoa(pl.adminPort)),
+		Debug: net.JoinHostPort("127.0.0.1", strconv.Itoa(pl.debugPort)),
 		Store: config.Store{Backend: pl.store},
+	}
+	// Store keys are an HMAC with a secret the replicas share: the
+	// annotated Secret, or else a gossip ring's own key.
+	switch {
+	case pl.storeKeySecret != "":
+		cfg.Store.KeySecretFile = StoreKeyDir + "/" + StoreKeyKey
+	case pl.store == config.StoreGossip && pl.gossipKeySecret != "":
+		cfg.Store.KeySecretFile = GossipKeyDir + "/" + GossipKeyKey
 	}
 
 	pool := config.Pool{Listen: listen, Affinity: config.Affinity{Mode: a.Affinity}}
@@ -174,12 +194,21 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 		if a.RedisTLS != nil {
 			r.TLS = *a.RedisTLS
 		}
+		if pl.redisCASecret != "" {
+			if a.RedisTLS != nil && !*a.RedisTLS {
+				p.add(AnnotationRedisCASecret, "needs TLS to Redis, but %s is \"false\"", AnnotationRedisTLS)
+			}
+			r.TLS, r.CAFile = true, RedisCADir+"/"+RedisCAKey
+		}
+		r.RequireAtStartup = a.RedisRequireAtStartup
 		cfg.Store.Redis = r
 	case config.StoreGossip:
 		g := &config.GossipStore{
 			Bind:         net.JoinHostPort("0.0.0.0", strconv.Itoa(pl.gossipPort)),
 			Discovery:    config.PeersKubernetes,
 			PeerSelector: PeerSelector(pod),
+			// Readiness waits for the ring's state unless the pod says not to.
+			RequireAtStartup: a.GossipRequireAtStartup,
 		}
 		if g.PeerSelector == "" {
 			p.add(AnnotationStore, "gossip finds peers by the router pod's labels, and the pod has none that all replicas share")
@@ -263,7 +292,8 @@ func sessionToken(a *Annotations, p problems) (*config.SessionToken, problems) {
 // jwtConfig points the sidecar at the fixed file names in the mounted
 // Secret: hmac-secret for HMAC algorithms, public.pem for the others.
 func jwtConfig(a *Annotations) *config.JWT {
-	j := &config.JWT{Algorithms: a.JWTAlgorithms, Issuer: a.JWTIssuer, Audience: a.JWTAudience}
+	j := &config.JWT{Algorithms: a.JWTAlgorithms, Issuer: a.JWTIssuer, Audience: a.JWTAudience,
+		RequireExp: a.JWTRequireExp != nil && *a.JWTRequireExp}
 	if len(j.Algorithms) == 0 {
 		j.Algorithms = []string{"RS256"}
 	}
@@ -296,9 +326,14 @@ var fieldAnnotations = []struct{ prefix, key string }{
 	{"pools[0].affinity", AnnotationAffinity},
 	{"pools[0].sessionToken", AnnotationSessionTokenSecret},
 	{"store.redis.username", AnnotationRedisUsername},
+	{"store.redis.caFile", AnnotationRedisCASecret},
 	{"store.redis", AnnotationRedisAddress},
 	{"store.gossip.bind", AnnotationGossipPort},
 	{"store.gossip.secretKeyFile", AnnotationGossipKeySecret},
+	{"store.keySecretFile", AnnotationStoreKeySecret},
+	{"store.redis.requireAtStartup", AnnotationRedisRequireAtStartup},
+	{"store.gossip.requireAtStartup", AnnotationGossipRequireAtStartup},
+	{"debug", AnnotationDebugPort},
 	{"store", AnnotationStore},
 	{"jwt.algorithms", AnnotationJWTAlgorithms},
 	{"jwt", AnnotationJWTSecret},

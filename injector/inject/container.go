@@ -90,9 +90,11 @@ func (inj *Injector) sidecarContainer(pl *plan, saMount *corev1.VolumeMount) (co
 	}
 	for _, m := range []struct{ secret, vol, dir string }{
 		{pl.redisPasswordSecret, volRedis, RedisPasswordDir},
+		{pl.redisCASecret, volRedisCA, RedisCADir},
 		{pl.gossipKeySecret, volGossip, GossipKeyDir},
 		{pl.jwtSecret, volJWT, JWTDir},
 		{pl.tokenSecret, volToken, SessionTokenDir},
+		{pl.storeKeySecret, volStore, StoreKeyDir},
 	} {
 		if m.secret != "" {
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: m.vol, MountPath: m.dir, ReadOnly: true})
@@ -126,6 +128,9 @@ func sidecarVolumes(pl *plan) []corev1.Volume {
 	if pl.redisPasswordSecret != "" {
 		vs = append(vs, secret(volRedis, pl.redisPasswordSecret, RedisPasswordKey))
 	}
+	if pl.redisCASecret != "" {
+		vs = append(vs, secret(volRedisCA, pl.redisCASecret, RedisCAKey))
+	}
 	if pl.gossipKeySecret != "" {
 		vs = append(vs, secret(volGossip, pl.gossipKeySecret, GossipKeyKey))
 	}
@@ -137,6 +142,9 @@ func sidecarVolumes(pl *plan) []corev1.Volume {
 		// The whole Secret: a ConfigMap config may also name its
 		// previous key (previousKeyFile) while the key is rotated.
 		vs = append(vs, secret(volToken, pl.tokenSecret))
+	}
+	if pl.storeKeySecret != "" {
+		vs = append(vs, secret(volStore, pl.storeKeySecret, StoreKeyKey))
 	}
 	return vs
 }

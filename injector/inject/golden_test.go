@@ -108,6 +108,23 @@ func goldenCases() []goldenCase {
 			inject.AnnotationRedisUsername:       "tether",
 			inject.AnnotationRedisTLS:            "true",
 		}},
+		{name: "redis-store-key-and-degraded-start", input: "router", set: map[string]string{
+			inject.AnnotationStore:                 "redis",
+			inject.AnnotationRedisAddress:          "redis.llm.svc:6379",
+			inject.AnnotationStoreKeySecret:        "router-store-key",
+			inject.AnnotationRedisRequireAtStartup: "false",
+			inject.AnnotationDebugPort:             "17031",
+		}},
+		{name: "redis-private-ca", input: "router", set: map[string]string{
+			inject.AnnotationStore:         "redis",
+			inject.AnnotationRedisAddress:  "redis.llm.svc:6379",
+			inject.AnnotationRedisCASecret: "redis-ca",
+		}},
+		{name: "gossip-ready-without-peers", input: "router", set: map[string]string{
+			inject.AnnotationStore:                  "gossip",
+			inject.AnnotationGossipKeySecret:        "router-gossip",
+			inject.AnnotationGossipRequireAtStartup: "false",
+		}},
 		{name: "redis-chart-defaults", input: "router", opts: func(o *inject.Options) {
 			o.Store, o.RedisAddress, o.RedisPasswordSecret = "redis", "redis.tether-system.svc:6379", "tether-redis"
 			o.RedisUsername, o.RedisTLS = "tether", true
@@ -123,6 +140,7 @@ func goldenCases() []goldenCase {
 			inject.AnnotationJWTAlgorithms: "RS256,ES256",
 			inject.AnnotationJWTIssuer:     "https://auth.example.com/",
 			inject.AnnotationJWTAudience:   "chat",
+			inject.AnnotationJWTRequireExp: "true",
 		}},
 		{name: "reinjected-after-upgrade", input: "router", before: func(t testing.TB, p *corev1.Pod) {
 			o := testOptions()
@@ -246,12 +264,18 @@ func goldenCases() []goldenCase {
 		{name: "invalid-redis-address-memory-store", input: "router", set: map[string]string{inject.AnnotationRedisAddress: "redis:6379"}},
 		{name: "invalid-redis-password-secret", input: "router", set: map[string]string{
 			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis:6379", inject.AnnotationRedisPasswordSecret: "Redis_Auth"}},
+		{name: "invalid-redis-ca-secret-tls-off", input: "router", set: map[string]string{
+			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis:6379",
+			inject.AnnotationRedisCASecret: "redis-ca", inject.AnnotationRedisTLS: "false"}},
+		{name: "invalid-redis-ca-secret-memory-store", input: "router", set: map[string]string{inject.AnnotationRedisCASecret: "redis-ca"}},
 		{name: "invalid-gossip-key-secret-redis-store", input: "router", set: map[string]string{
 			inject.AnnotationStore: "redis", inject.AnnotationRedisAddress: "redis:6379", inject.AnnotationGossipKeySecret: "key"}},
 		{name: "invalid-jwt-secret", input: "router", set: map[string]string{inject.AnnotationJWTSecret: "jwt/keys"}},
 		{name: "invalid-jwt-algorithms", input: "router", set: map[string]string{
 			inject.AnnotationJWTSecret: "jwt", inject.AnnotationJWTAlgorithms: "RS256,none"}},
 		{name: "invalid-jwt-issuer-without-secret", input: "router", set: map[string]string{inject.AnnotationJWTIssuer: "https://auth/"}},
+		{name: "invalid-jwt-require-exp", input: "router", set: map[string]string{
+			inject.AnnotationJWTSecret: "jwt", inject.AnnotationJWTRequireExp: "always"}},
 		{name: "invalid-jwt-audience-empty", input: "router", set: map[string]string{
 			inject.AnnotationJWTSecret: "jwt", inject.AnnotationJWTAudience: " "}},
 		{name: "invalid-pool", input: "router", set: map[string]string{inject.AnnotationPool: "Chat Router"}},
@@ -279,6 +303,9 @@ func goldenCases() []goldenCase {
 			inject.AnnotationSessionTokenSecret: "router-token"}},
 		{name: "invalid-session-token-secret-name", input: "router", set: map[string]string{
 			inject.AnnotationSources: "Token:x-session-token", inject.AnnotationSessionTokenSecret: "Router_Token"}},
+		{name: "invalid-require-at-startup", input: "router", set: map[string]string{
+			inject.AnnotationRedisRequireAtStartup: "no", inject.AnnotationGossipRequireAtStartup: "false"}},
+		{name: "invalid-debug-port-taken", input: "router", set: map[string]string{inject.AnnotationDebugPort: "17020"}},
 		{name: "invalid-several-at-once", input: "router", set: map[string]string{
 			inject.AnnotationTTL: "0s", inject.AnnotationBackendPort: "0", inject.AnnotationStore: "disk"}},
 	}

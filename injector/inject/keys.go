@@ -37,18 +37,37 @@ const (
 	AnnotationListenPort      = Prefix + "listen-port"
 	AnnotationAdminPort       = Prefix + "admin-port"
 	AnnotationGossipPort      = Prefix + "gossip-port"
+	// AnnotationDebugPort moves the loopback debug listener (/debug/*).
+	AnnotationDebugPort = Prefix + "debug-port"
 
 	AnnotationStore               = Prefix + "store"
 	AnnotationRedisAddress        = Prefix + "redis-address"
 	AnnotationRedisPasswordSecret = Prefix + "redis-password-secret"
-	AnnotationRedisUsername       = Prefix + "redis-username"
-	AnnotationRedisTLS            = Prefix + "redis-tls"
-	AnnotationGossipKeySecret     = Prefix + "gossip-key-secret"
+	// AnnotationRedisCASecret names a Secret (key "ca.crt", PEM) whose CA
+	// verifies Redis's TLS certificate instead of the system roots; it
+	// turns TLS on.
+	AnnotationRedisCASecret   = Prefix + "redis-ca-secret"
+	AnnotationRedisUsername   = Prefix + "redis-username"
+	AnnotationRedisTLS        = Prefix + "redis-tls"
+	AnnotationGossipKeySecret = Prefix + "gossip-key-secret"
+	// AnnotationStoreKeySecret names a Secret (key "key") whose content
+	// keys the store keys (store.keySecretFile): an HMAC instead of a
+	// plain hash. Gossip pods use their gossip key Secret without it.
+	AnnotationStoreKeySecret = Prefix + "store-key-secret"
+	// AnnotationRedisRequireAtStartup "false" starts a Redis pod degraded
+	// (unsticky, ready) while Redis is unreachable, instead of failing.
+	AnnotationRedisRequireAtStartup = Prefix + "redis-require-at-startup"
+	// AnnotationGossipRequireAtStartup "false" makes a gossip pod ready
+	// without waiting for the ring's state.
+	AnnotationGossipRequireAtStartup = Prefix + "gossip-require-at-startup"
 
 	AnnotationJWTSecret     = Prefix + "jwt-secret"
 	AnnotationJWTAlgorithms = Prefix + "jwt-algorithms"
 	AnnotationJWTIssuer     = Prefix + "jwt-issuer"
 	AnnotationJWTAudience   = Prefix + "jwt-audience"
+	// AnnotationJWTRequireExp "true" refuses tokens without exp
+	// (jwt.requireExp).
+	AnnotationJWTRequireExp = Prefix + "jwt-require-exp"
 
 	// Per-pod knobs of the sidecar container (they apply with a ConfigMap
 	// config too).
@@ -90,9 +109,9 @@ var poolKeys = []string{
 	AnnotationPool, AnnotationSources, AnnotationTTL,
 	AnnotationBackendSelector, AnnotationBackendPort,
 	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel,
-	AnnotationAffinity, AnnotationListenPort, AnnotationRedisAddress,
-	AnnotationRedisUsername, AnnotationRedisTLS,
-	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience,
+	AnnotationAffinity, AnnotationListenPort, AnnotationDebugPort, AnnotationRedisAddress,
+	AnnotationRedisUsername, AnnotationRedisTLS, AnnotationRedisRequireAtStartup, AnnotationGossipRequireAtStartup,
+	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience, AnnotationJWTRequireExp,
 }
 
 // Paths inside the sidecar container. The sidecar config rendered from
@@ -104,6 +123,8 @@ const (
 	SecretsDir          = "/var/run/secrets/tether"
 	RedisPasswordDir    = SecretsDir + "/redis"
 	RedisPasswordKey    = "password"
+	RedisCADir          = SecretsDir + "/redis-ca"
+	RedisCAKey          = "ca.crt"
 	GossipKeyDir        = SecretsDir + "/gossip"
 	GossipKeyKey        = "key"
 	JWTDir              = SecretsDir + "/jwt"
@@ -111,6 +132,8 @@ const (
 	JWTPublicKeyKey     = "public.pem"
 	SessionTokenDir     = SecretsDir + "/session-token"
 	SessionTokenKey     = "key"
+	StoreKeyDir         = SecretsDir + "/store-key"
+	StoreKeyKey         = "key"
 	serviceAccountMount = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
@@ -123,6 +146,7 @@ const (
 	Binary            = "/tether-sidecar"
 	AdminPort         = config.DefaultAdminPort
 	AdminPortName     = "tether-admin"
+	DebugPort         = config.DefaultDebugPort
 	GossipPort        = config.DefaultGossipPort
 	GossipPortName    = "tether-gossip"
 	GossipUDPPortName = "tether-gossip-u"
@@ -153,9 +177,11 @@ var prometheusAnnotations = []string{PrometheusScrape, PrometheusPort, Prometheu
 
 // Volume names the injector adds; listed in the status annotation.
 const (
-	volConfig = "tether-config"
-	volRedis  = "tether-redis-password"
-	volGossip = "tether-gossip-key"
-	volJWT    = "tether-jwt"
-	volToken  = "tether-session-token"
+	volConfig  = "tether-config"
+	volRedis   = "tether-redis-password"
+	volRedisCA = "tether-redis-ca"
+	volGossip  = "tether-gossip-key"
+	volJWT     = "tether-jwt"
+	volToken   = "tether-session-token"
+	volStore   = "tether-store-key"
 )

@@ -19,7 +19,8 @@ type sidecarPort struct {
 func sidecarPorts(pl *plan) []sidecarPort {
 	var ps []sidecarPort
 	if pl.cfg != nil {
-		ps = append(ps, sidecarPort{pl.listenPort, AnnotationListenPort, "listen"})
+		ps = append(ps, sidecarPort{pl.listenPort, AnnotationListenPort, "listen"},
+			sidecarPort{pl.debugPort, AnnotationDebugPort, "debug"})
 	}
 	ps = append(ps, sidecarPort{pl.adminPort, AnnotationAdminPort, "admin"})
 	if pl.store == config.StoreGossip {

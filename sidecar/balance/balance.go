@@ -21,6 +21,8 @@ type Balancer struct {
 	inflight map[string]int64
 	extra    func(id string) float64
 	intN     func(n int) int
+	hash     bool    // Place chooses by session key (WithHashPlacement)
+	epsilon  float64 // how far above the mean load a hashed choice may be
 }
 
 // Option configures a Balancer.
@@ -120,20 +122,7 @@ func (b *Balancer) Pick(cands []discovery.Backend, usable func(discovery.Backend
 // group. Only groups that have both a usable decode and a usable prefill
 // backend are candidates: a half pair is never chosen.
 func (b *Balancer) PickPair(decode, prefill []discovery.Backend, usable func(discovery.Backend) bool) (d, p discovery.Backend, ok bool) {
-	byGroup := make(map[string][]discovery.Backend)
-	for _, pb := range prefill {
-		if usable == nil || usable(pb) {
-			byGroup[pb.Group] = append(byGroup[pb.Group], pb)
-		}
-	}
-	d, ok = b.Pick(decode, func(c discovery.Backend) bool {
-		return len(byGroup[c.Group]) > 0 && (usable == nil || usable(c))
-	})
-	if !ok {
-		return d, p, false
-	}
-	p, ok = b.Pick(byGroup[d.Group], nil)
-	return d, p, ok
+	return b.PlacePair("", decode, prefill, usable)
 }
 
 // twoChoices returns the index in [0,n) of the less loaded of two distinct

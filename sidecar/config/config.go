@@ -25,8 +25,15 @@ import (
 type Config struct {
 	// Listen is where pools without a listen of their own are served.
 	Listen string `json:"listen,omitempty"`
-	// Admin serves /healthz, /readyz, /metrics and /debug/bindings.
+	// Admin serves /healthz, /readyz and /metrics (kubelet probes and
+	// Prometheus reach it on the pod IP), and /debug/* too when it is a
+	// loopback address and Debug is unset.
 	Admin string `json:"admin,omitempty"`
+	// Debug serves /debug/* (bindings, config, backends, pprof, log
+	// level). It must be a loopback address: what it reveals and changes
+	// is for someone inside the pod. Unset: /debug/* is served on Admin
+	// when that is a loopback address, nowhere otherwise.
+	Debug string `json:"debug,omitempty"`
 	Store Store  `json:"store,omitempty"`
 	// JWT is needed only by JWTClaim sources.
 	JWT   *JWT   `json:"jwt,omitempty"`
@@ -40,6 +47,11 @@ type Store struct {
 	Memory  MemoryStore  `json:"memory,omitempty"`
 	Redis   *RedisStore  `json:"redis,omitempty"`
 	Gossip  *GossipStore `json:"gossip,omitempty"`
+	// KeySecretFile holds a secret that makes store keys an HMAC-SHA256 of
+	// (pool, session key) instead of a plain SHA-256, so a Redis dump or a
+	// gossip capture cannot be tested against guessed keys. Its first line
+	// is the secret (a gossip key file works as it is); at least 16 bytes.
+	KeySecretFile string `json:"keySecretFile,omitempty"`
 }
 
 // StoreBackend says where bindings live.
@@ -65,10 +77,18 @@ type RedisStore struct {
 	Username     string   `json:"username,omitempty"`
 	PasswordFile string   `json:"passwordFile,omitempty"`
 	TLS          bool     `json:"tls,omitempty"`
+	CAFile       string   `json:"caFile,omitempty"` // PEM CAs instead of the system roots (a private CA)
 	DB           int      `json:"db,omitempty"`
 	Timeout      Duration `json:"timeout,omitempty"`
 	KeyPrefix    string   `json:"keyPrefix,omitempty"`
+	// RequireAtStartup (default true) makes an unreachable Redis at start
+	// fatal, naming the address and the cause. false starts degraded
+	// (unsticky, ready, the breaker open) and connects in the background.
+	RequireAtStartup *bool `json:"requireAtStartup,omitempty"`
 }
+
+// Required reports whether Redis must answer before the sidecar starts.
+func (r *RedisStore) Required() bool { return r.RequireAtStartup == nil || *r.RequireAtStartup }
 
 // GossipStore configures the memberlist ring shared by router replicas.
 type GossipStore struct {
@@ -85,7 +105,15 @@ type GossipStore struct {
 	// rotated): plaintext, and anyone who can reach the gossip port can
 	// rewrite bindings. It must be set explicitly.
 	Insecure bool `json:"insecure,omitempty"`
+	// RequireAtStartup (default true) keeps the sidecar unready until it
+	// has pulled the ring's state (or found no peer to pull from). false
+	// makes it ready at once; it joins and pulls in the background, and
+	// sessions it binds meanwhile settle by the conflict rule.
+	RequireAtStartup *bool `json:"requireAtStartup,omitempty"`
 }
+
+// Required reports whether readiness waits for the ring's state.
+func (g *GossipStore) Required() bool { return g.RequireAtStartup == nil || *g.RequireAtStartup }
 
 // Gossip peer discovery modes.
 const (
@@ -102,6 +130,10 @@ type JWT struct {
 	Algorithms     []string `json:"algorithms,omitempty"`
 	Issuer         string   `json:"issuer,omitempty"`
 	Audience       string   `json:"audience,omitempty"`
+	// RequireExp refuses tokens without an exp claim (expired ones are
+	// always refused), so that a leaked token cannot pin a session for
+	// good: for issuers that always set exp.
+	RequireExp bool `json:"requireExp,omitempty"`
 }
 
 // Proxy tunes the forwarding path. Every field has a safe default.
@@ -132,6 +164,12 @@ type Proxy struct {
 	OutlierDetection OutlierDetection `json:"outlierDetection,omitempty"`
 	// ShutdownTimeout is how long in-flight requests may drain on SIGTERM.
 	ShutdownTimeout Duration `json:"shutdownTimeout,omitempty"`
+	// BodyReadTimeout is how long a request body may go without a byte
+	// before the request is answered 408 and its connection closed.
+	BodyReadTimeout Duration `json:"bodyReadTimeout,omitempty"`
+	// MaxConcurrentRequests bounds the requests one listener serves at
+	// once; beyond it requests get 503 with Retry-After.
+	MaxConcurrentRequests int `json:"maxConcurrentRequests,omitempty"`
 }
 
 // Pool is one ModelServer: its listener, session sources and backends.
@@ -319,7 +357,28 @@ type Affinity struct {
 	// rebind) soft affinity leaves it alone, so sessions do not flap.
 	// SetDefaults sets DefaultAffinityCooldown in soft pools.
 	Cooldown Duration `json:"cooldown,omitzero"`
+	// Placement is how a new or moved session chooses its backend (README
+	// "Placement"); "" is PlacementHash.
+	Placement Placement `json:"placement,omitempty"`
+	// HashEpsilon bounds hashed placement: a backend loaded more than
+	// (1+ε) × the mean (plus one request) is passed over. nil is
+	// balance.DefaultHashEpsilon (0.25).
+	HashEpsilon *float64 `json:"hashEpsilon,omitempty"`
 }
+
+// Placement is how a pool places a session that has no usable binding.
+type Placement string
+
+// Placements.
+const (
+	// PlacementHash places by the session key (rendezvous hashing with
+	// bounded loads): every replica proposes the same backend for a key,
+	// and routes by it while the store is down.
+	PlacementHash Placement = "hash"
+	// PlacementLeastLoaded places on the least-loaded backend (power of
+	// two choices among near-equals), as before hashing existed.
+	PlacementLeastLoaded Placement = "leastLoaded"
+)
 
 // AffinityMode is a pool's pinning policy.
 type AffinityMode string

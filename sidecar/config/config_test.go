@@ -125,6 +125,8 @@ func TestDefaults(t *testing.T) {
 				MaxEjectionTime:     Duration{DefaultMaxEjectionTime},
 				MaxEjectionPercent:  DefaultMaxEjectionPercent,
 			},
+			BodyReadTimeout:       Duration{DefaultBodyReadTimeout},
+			MaxConcurrentRequests: DefaultMaxConcurrentRequests,
 		},
 		Pools: []Pool{{
 			Name:          "p",
@@ -216,12 +218,20 @@ func TestValidation(t *testing.T) {
 		{"listen", doc("listen: nohost"), `listen: must be host:port, got "nohost"`},
 		{"listen port", doc("listen: 127.0.0.1:70000"), `listen: port must be 0..65535, got "70000"`},
 		{"admin", doc("admin: 127.0.0.1"), `admin: must be host:port, got "127.0.0.1"`},
+		{"debug on the pod network", doc("debug: 0.0.0.0:17021"), `debug: must be a loopback address (127.0.0.1, ::1 or localhost): /debug/* reveals and changes session bindings, got "0.0.0.0:17021"`},
+		{"debug on a pod IP", doc("debug: 10.1.2.3:17021"), `debug: must be a loopback address`},
+		{"debug without a host", doc("debug: :17021"), `debug: must be a loopback address`},
+		{"debug is admin", doc("admin: 127.0.0.1:9\ndebug: 127.0.0.1:9"), `debug: must differ from admin (127.0.0.1:9)`},
+		{"static host length", doc("", pool(`backends: {static: ["`+strings.Repeat("h", 254)+`:80"]}`)), `pools[0].backends.static[0]: host is 254 bytes, a DNS name is at most 253`},
+		{"proxy bodyReadTimeout", doc("proxy: {bodyReadTimeout: -1s}"), `proxy.bodyReadTimeout: must be positive, got -1s`},
+		{"proxy maxConcurrentRequests", doc("proxy: {maxConcurrentRequests: -1}"), `proxy.maxConcurrentRequests: must be at least 1, got -1`},
 		{"store backend", doc("store: {backend: etcd}"), `store.backend: unknown backend "etcd" (want memory, gossip or redis)`},
 		{"memory maxEntries", doc("store: {memory: {maxEntries: -1}}"), `store.memory.maxEntries: must be at least 1, got -1`},
 		{"redis address", doc("store: {backend: redis}"), `store.redis.address: required (or addresses for Cluster and Sentinel)`},
 		{"redis both", doc("store: {backend: redis, redis: {address: a:1, addresses: [b:1]}}"), `store.redis.address: set address or addresses, not both`},
 		{"redis address form", doc("store: {backend: redis, redis: {address: redis}}"), `store.redis.address: must be host:port, got "redis"`},
 		{"redis addresses form", doc("store: {backend: redis, redis: {addresses: [a:1, b]}}"), `store.redis.addresses[1]: must be host:port, got "b"`},
+		{"redis caFile without tls", doc("store: {backend: redis, redis: {address: a:1, caFile: /ca.crt}}"), `store.redis.caFile: needs tls: true (the CA verifies Redis's TLS certificate)`},
 		{"redis db", doc("store: {backend: redis, redis: {address: a:1, db: -1}}"), `store.redis.db: must be 0 or more, got -1`},
 		{"redis cluster db", doc("store: {backend: redis, redis: {addresses: [a:1, b:1], db: 2}}"), `store.redis.db: Redis Cluster has only db 0, got 2`},
 		{"redis timeout", doc("store: {backend: redis, redis: {address: a:1, timeout: -1s}}"), `store.redis.timeout: must be positive, got -1s`},
@@ -288,6 +298,8 @@ func TestValidation(t *testing.T) {
 		{"affinity maxWaiting", doc("", pool("affinity: {maxWaiting: -1}")), `pools[0].affinity.maxWaiting: must be 0 or more, got -1`},
 		{"affinity loadMargin", doc("", pool("affinity: {loadMargin: -2}")), `pools[0].affinity.loadMargin: must be 0 or more, got -2`},
 		{"affinity cooldown", doc("", pool("affinity: {mode: soft, cooldown: -1s}")), `pools[0].affinity.cooldown: must not be negative, got -1s`},
+		{"affinity placement", doc("", pool("affinity: {placement: random}")), `pools[0].affinity.placement: unknown placement "random" (want hash or leastLoaded)`},
+		{"affinity hashEpsilon", doc("", pool("affinity: {hashEpsilon: -0.5}")), `pools[0].affinity.hashEpsilon: must be between 0 and 10, got -0.5`},
 		{"soft without load", doc("", pool("affinity: {mode: soft}", "loadMetrics: {enabled: false}")), `pools[0].affinity.mode: soft affinity needs loadMetrics`},
 		{"load interval", doc("", pool("loadMetrics: {interval: -1s}")), `pools[0].loadMetrics.interval: must be positive, got -1s`},
 		{"load timeout", doc("", pool("loadMetrics: {interval: 1s, timeout: 2s}")), `pools[0].loadMetrics.timeout: must be positive and at most interval (1s), got 2s`},
@@ -296,6 +308,7 @@ func TestValidation(t *testing.T) {
 		{"token header", doc("", pool("sessionToken: {keyFile: k, header: \"a b\"}")), `pools[0].sessionToken.header: "a b" is not a valid HTTP header name`},
 		{"token key", doc("", pool("sessionToken: {}")), `pools[0].sessionToken.keyFile: required`},
 		{"Token without sessionToken", doc("", pool("sessionSticky: {sources: [{type: Token, name: x-session-token}]}")), `pools[0].sessionSticky.sources[0].type: a Token source needs the pool's sessionToken block`},
+		{"Token alone", doc("", pool("sessionSticky: {sources: [{type: Token, name: x-session-token}]}", "sessionToken: {keyFile: k}")), `pools[0].sessionSticky.sources: a Token source needs another source that names the session (Header, Query, Cookie or JWTClaim): tokens are issued only to requests with a session key`},
 		{"Token header name", doc("", pool("sessionSticky: {sources: [{type: Token, name: \"a b\"}]}", "sessionToken: {keyFile: k}")), `pools[0].sessionSticky.sources[0].name: "a b" is not a valid HTTP header name`},
 		{"shared listen needs models", doc("", pool("name: a"), pool("name: b", "models: [m]")), `pools[0].models: required when several pools share listen 127.0.0.1:17001`},
 		{"model served twice", doc("", pool("name: a", "models: [m1, m2]"), pool("name: b", "models: [m2]")), `pools[1].models: model "m2" is also served by pools[0] on listen 127.0.0.1:17001`},
@@ -476,5 +489,30 @@ func TestFailureHandlingDefaults(t *testing.T) {
 		UnhealthyThreshold: DefaultUnhealthyThreshold, HealthyThreshold: DefaultHealthyThreshold}
 	if h := c.Pools[1].Backends.HealthCheck; h == nil || *h != want {
 		t.Errorf("health check = %+v, want %+v", h, want)
+	}
+}
+
+func TestDebugLoopbackAccepted(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:17021", "127.0.0.2:0", "[::1]:17021", "localhost:17021"} {
+		if _, err := Parse([]byte(doc("debug: \"" + addr + "\""))); err != nil {
+			t.Errorf("debug %s: %v", addr, err)
+		}
+	}
+}
+
+func TestRequireAtStartupDefaultsTrue(t *testing.T) {
+	c, err := Parse([]byte(doc("store: {backend: redis, redis: {address: a:1}, gossip: {insecure: true}}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Store.Redis.Required() || !c.Store.Gossip.Required() {
+		t.Fatal("requireAtStartup must default to true")
+	}
+	c, err = Parse([]byte(doc("store: {backend: redis, redis: {address: a:1, requireAtStartup: false}, gossip: {insecure: true, requireAtStartup: false}}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Redis.Required() || c.Store.Gossip.Required() {
+		t.Fatal("requireAtStartup: false not honoured")
 	}
 }

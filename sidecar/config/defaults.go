@@ -11,6 +11,9 @@ const (
 	DefaultListenPort = 17001
 	DefaultAdminPort  = 17020
 	DefaultGossipPort = 17946
+	// DefaultDebugPort is the loopback debug listener's port where the
+	// injector renders one (the sidecar's own default leaves it unset).
+	DefaultDebugPort = 17021
 )
 
 // Defaults, in one place. The README's configuration reference quotes them.
@@ -26,6 +29,8 @@ const (
 	DefaultMaxRequestHeaderBytes  = 64 << 10
 	DefaultDialTimeout            = 2 * time.Second
 	DefaultShutdownTimeout        = 30 * time.Second
+	DefaultBodyReadTimeout        = 5 * time.Second
+	DefaultMaxConcurrentRequests  = 4096
 	DefaultPrefillHeader          = "x-prefiller-host-port"
 	DefaultMaxWaiting             = 8
 	DefaultLoadMargin             = 4
@@ -77,6 +82,10 @@ func (c *Config) SetDefaults() {
 	setDuration(&p.DialTimeout, DefaultDialTimeout)
 	setDuration(&p.ShutdownTimeout, DefaultShutdownTimeout)
 	p.setResilienceDefaults()
+	setDuration(&p.BodyReadTimeout, DefaultBodyReadTimeout)
+	if p.MaxConcurrentRequests == 0 {
+		p.MaxConcurrentRequests = DefaultMaxConcurrentRequests
+	}
 	for i := range c.Pools {
 		c.Pools[i].setDefaults(c.Listen)
 	}

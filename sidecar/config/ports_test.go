@@ -59,8 +59,11 @@ func TestDefaultPortsClearOfMeshes(t *testing.T) {
 			t.Errorf("%s = %d, but its address default is %s", name, c.port, c.addr)
 		}
 	}
+	if why := collides(DefaultDebugPort); why != "" {
+		t.Errorf("DefaultDebugPort %d collides with %s", DefaultDebugPort, why)
+	}
 	seen := map[int]bool{}
-	for _, p := range []int{DefaultListenPort, DefaultAdminPort, DefaultGossipPort} {
+	for _, p := range []int{DefaultListenPort, DefaultAdminPort, DefaultDebugPort, DefaultGossipPort} {
 		if seen[p] {
 			t.Errorf("port %d is the default of two listeners", p)
 		}

@@ -33,6 +33,15 @@ func (c *Config) Validate() error {
 	var e errs
 	checkHostPort(&e, "listen", c.Listen)
 	checkHostPort(&e, "admin", c.Admin)
+	if c.Debug != "" {
+		checkHostPort(&e, "debug", c.Debug)
+		if !IsLoopback(c.Debug) {
+			e.add("debug", "must be a loopback address (127.0.0.1, ::1 or localhost): /debug/* reveals and changes session bindings, got %q", c.Debug)
+		}
+		if c.Debug == c.Admin {
+			e.add("debug", "must differ from admin (%s)", c.Admin)
+		}
+	}
 	c.Store.validate(&e)
 	if c.JWT != nil {
 		c.JWT.validate(&e)
@@ -109,6 +118,9 @@ func (r *RedisStore) validate(e *errs) {
 	}
 	for i, a := range r.Addresses {
 		checkHostPort(e, fmt.Sprintf("%s.addresses[%d]", f, i), a)
+	}
+	if r.CAFile != "" && !r.TLS {
+		e.add(f+".caFile", "needs tls: true (the CA verifies Redis's TLS certificate)")
 	}
 	if r.DB < 0 {
 		e.add(f+".db", "must be 0 or more, got %d", r.DB)
@@ -213,6 +225,12 @@ func (p *Proxy) validate(e *errs) {
 		}
 	}
 	p.validateResilience(e)
+	if p.BodyReadTimeout.Duration <= 0 {
+		e.add("proxy.bodyReadTimeout", "must be positive, got %s", p.BodyReadTimeout)
+	}
+	if p.MaxConcurrentRequests < 1 {
+		e.add("proxy.maxConcurrentRequests", "must be at least 1, got %d", p.MaxConcurrentRequests)
+	}
 }
 
 func (p *Pool) validate(e *errs, f string, haveJWT bool) {
@@ -240,6 +258,14 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	if p.Affinity.Cooldown.Duration < 0 {
 		e.add(f+".affinity.cooldown", "must not be negative, got %s", p.Affinity.Cooldown)
 	}
+	switch p.Affinity.Placement {
+	case "", PlacementHash, PlacementLeastLoaded:
+	default:
+		e.add(f+".affinity.placement", "unknown placement %q (want hash or leastLoaded)", p.Affinity.Placement)
+	}
+	if eps := p.Affinity.HashEpsilon; eps != nil && !(*eps >= 0 && *eps <= 10) {
+		e.add(f+".affinity.hashEpsilon", "must be between 0 and 10, got %v", *eps)
+	}
 	if p.Affinity.Mode == AffinitySoft && p.Load() == nil {
 		e.add(f+".affinity.mode", "soft affinity needs loadMetrics (it breaks pins on the scraped queue length)")
 	}
@@ -249,10 +275,20 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	if p.SessionToken != nil {
 		p.SessionToken.validate(e, f+".sessionToken")
 	}
+	tokens, others := 0, 0
 	for i, s := range p.SessionSticky.Sources {
-		if s.Type == SourceToken && p.SessionToken == nil {
-			e.add(fmt.Sprintf("%s.sessionSticky.sources[%d].type", f, i), "a Token source needs the pool's sessionToken block (keys to verify tokens)")
+		if s.Type == SourceToken {
+			tokens++
+			if p.SessionToken == nil {
+				e.add(fmt.Sprintf("%s.sessionSticky.sources[%d].type", f, i), "a Token source needs the pool's sessionToken block (keys to verify tokens)")
+			}
+		} else {
+			others++
 		}
+	}
+	if tokens > 0 && others == 0 {
+		e.add(f+".sessionSticky.sources", "a Token source needs another source that names the session (Header, Query, Cookie or JWTClaim): "+
+			"tokens are issued only to requests with a session key, so a session's first turn needs one")
 	}
 }
 
@@ -351,6 +387,9 @@ func (b *Backends) validate(e *errs, f string) {
 	seen := map[string]bool{}
 	for i, a := range b.Static {
 		checkHostPort(e, fmt.Sprintf("%s.static[%d]", f, i), a)
+		if h, _, err := net.SplitHostPort(a); err == nil && len(h) > maxHostLen {
+			e.add(fmt.Sprintf("%s.static[%d]", f, i), "host is %d bytes, a DNS name is at most %d", len(h), maxHostLen)
+		}
 		if seen[a] {
 			e.add(fmt.Sprintf("%s.static[%d]", f, i), "duplicate backend %q", a)
 		}
@@ -390,6 +429,24 @@ func (k *KubeSelector) validate(e *errs, f string) {
 		e.add(f+".port", "must be 1..65535, got %d", k.Port)
 	}
 }
+
+// IsLoopback reports whether host:port names a loopback address
+// (127.0.0.0/8, ::1 or localhost), which only the pod itself can reach.
+func IsLoopback(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// maxHostLen is the longest DNS name; it keeps a static backend's ID
+// within the length stores accept from peers (discovery.MaxIDLen).
+const maxHostLen = 253
 
 func checkHostPort(e *errs, field, v string) {
 	if v == "" {

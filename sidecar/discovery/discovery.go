@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// MaxIDLen is the longest backend ID discovery produces: a pod's
+// namespace (63), name (253) and UID (36) joined by two slashes; a static
+// backend's host:port is shorter (a DNS name is at most 253 bytes). Stores
+// refuse longer IDs from the wire: no backend of any pool can have one.
+const MaxIDLen = 63 + 1 + 253 + 1 + 36
+
 // Backend is one model-server endpoint.
 type Backend struct {
 	// ID is the stable identity bindings store: host:port for static

@@ -15,7 +15,8 @@ import (
 
 // FuzzClaim feeds arbitrary token strings to a verifier that trusts one
 // HMAC secret. It must never panic, and whatever it accepts must be, by an
-// independent check, an HS256 token whose MAC is right.
+// independent check, an HS256 token whose MAC is right; with jwt.requireExp
+// it accepts a subset, each with an exp claim.
 func FuzzClaim(f *testing.F) {
 	good := sign(f, jwt.SigningMethodHS256, []byte(secret), claims(jwt.MapClaims{"n": json.Number("1.0"), "a": []any{"x", map[string]any{"b": true}}}), "k")
 	for _, s := range []string{
@@ -28,9 +29,22 @@ func FuzzClaim(f *testing.F) {
 	} {
 		f.Add(s, "sub")
 	}
-	v, _ := newVerifier(f, &config.JWT{HMACSecretFile: writeFile(f, f.TempDir(), "s", []byte(secret)), Algorithms: []string{"HS256", "RS256", "ES256", "EdDSA"}})
+	cfg := config.JWT{HMACSecretFile: writeFile(f, f.TempDir(), "s", []byte(secret)), Algorithms: []string{"HS256", "RS256", "ES256", "EdDSA"}}
+	v, _ := newVerifier(f, &cfg)
+	cfg.RequireExp = true
+	vExp, _ := newVerifier(f, &cfg)
 	f.Fuzz(func(t *testing.T, token, name string) {
 		val, ok := v.Claim(token, name)
+		if valExp, okExp := vExp.Claim(token, name); okExp {
+			if !ok || valExp != val {
+				t.Fatalf("requireExp accepted %q (%q) where the plain verifier gave %q, %v", token, valExp, val, ok)
+			}
+			var payload map[string]any
+			pb, err := base64.RawURLEncoding.DecodeString(strings.Split(token, ".")[1])
+			if err != nil || json.Unmarshal(pb, &payload) != nil || payload["exp"] == nil {
+				t.Fatalf("requireExp accepted a token without exp: %q", pb)
+			}
+		}
 		if !ok {
 			if val != "" {
 				t.Fatalf("rejected token returned %q", val)

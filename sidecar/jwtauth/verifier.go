@@ -29,6 +29,7 @@ const (
 	ReasonSignature    = "signature"     // no configured key verifies the signature
 	ReasonAlgorithm    = "algorithm"     // alg not in jwt.algorithms (including "none")
 	ReasonExpired      = "expired"       // exp in the past
+	ReasonNoExpiry     = "no_expiry"     // no exp, and jwt.requireExp is set
 	ReasonNotYetValid  = "not_yet_valid" // nbf in the future
 	ReasonIssuer       = "issuer"        // iss missing or not jwt.issuer
 	ReasonAudience     = "audience"      // aud missing or without jwt.audience
@@ -37,7 +38,7 @@ const (
 )
 
 var reasons = []string{ReasonMalformed, ReasonSignature, ReasonAlgorithm, ReasonExpired,
-	ReasonNotYetValid, ReasonIssuer, ReasonAudience, ReasonNoKey, ReasonMissingClaim}
+	ReasonNoExpiry, ReasonNotYetValid, ReasonIssuer, ReasonAudience, ReasonNoKey, ReasonMissingClaim}
 
 // Verifier verifies tokens against keys loaded from files and reloaded by
 // Run. It is safe for concurrent use.
@@ -100,6 +101,9 @@ func New(cfg *config.JWT, reg prometheus.Registerer, log *slog.Logger) (*Verifie
 	}
 	if cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
+	}
+	if cfg.RequireExp {
+		opts = append(opts, jwt.WithExpirationRequired())
 	}
 	v.parser = jwt.NewParser(opts...)
 
@@ -233,7 +237,11 @@ func (v *Verifier) classify(tok *jwt.Token, claims jwt.MapClaims, err error) str
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
 		return ReasonAudience
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		// Only iss and aud are ever required (when configured).
+		// Only exp, iss and aud are ever required (when configured),
+		// checked in that order.
+		if _, ok := claims["exp"]; v.cfg.RequireExp && !ok {
+			return ReasonNoExpiry
+		}
 		if iss, _ := claims["iss"].(string); v.cfg.Issuer != "" && iss == "" {
 			return ReasonIssuer
 		}

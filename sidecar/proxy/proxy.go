@@ -10,7 +10,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"sync"
 	"time"
 
@@ -87,6 +87,10 @@ type Options struct {
 	// AccessLog receives one line per request.
 	AccessLog *slog.Logger
 	Now       func() time.Time
+
+	// BodyReadTimeout is how long reading a request body may go without
+	// a byte before the request gets 408; 0: no limit.
+	BodyReadTimeout time.Duration
 }
 
 // Handler serves one listener.
@@ -143,16 +147,53 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
-// readBody reads a request body of at most limit bytes, sized up front
-// when the client declared its length.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// firstBodyBuffer is the most a body buffer starts with: a prompt usually
+// fits, and a client that announces a large body and sends nothing holds
+// no more than this.
+const firstBodyBuffer = 16 << 10
+
+// readBody reads a request body of at most limit bytes. The buffer grows
+// as bytes arrive, at most doubling what has arrived: a Content-Length
+// only keeps an honest client's buffer from growing past its body, it
+// never sizes one ahead of the bytes. With idle > 0 the read fails once
+// idle passes without a byte (a read deadline on the connection, moved on
+// with every read and cleared at the end, since the server reads on
+// after the handler has the body to notice a client that goes away).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Duration) ([]byte, error) {
 	body := http.MaxBytesReader(w, r.Body, limit)
-	if r.ContentLength > 0 && r.ContentLength <= limit {
-		buf := bytes.NewBuffer(make([]byte, 0, r.ContentLength+1))
-		_, err := buf.ReadFrom(body)
-		return buf.Bytes(), err
+	var rc *http.ResponseController
+	if idle > 0 {
+		rc = http.NewResponseController(w)
+		defer rc.SetReadDeadline(time.Time{})
 	}
-	return io.ReadAll(body)
+	declared := r.ContentLength
+	first := int64(firstBodyBuffer)
+	if declared >= 0 {
+		first = min(first, declared+1) // +1: room to see EOF without growing
+	}
+	buf := make([]byte, 0, min(first, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			grow := int64(2 * cap(buf))
+			if declared > int64(len(buf)) {
+				grow = min(grow, declared+1)
+			}
+			buf = append(make([]byte, 0, max(grow, 512)), buf...)
+		}
+		if rc != nil {
+			// ErrNotSupported (a writer that hides the connection) leaves
+			// the read without a deadline; the server's own still apply.
+			_ = rc.SetReadDeadline(time.Now().Add(idle))
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return buf, err
+		}
+	}
 }
 
 // ServeHTTP forwards one request. Whichever way it ends (an early error
@@ -162,12 +203,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{recorder: recorder{ResponseWriter: w}, h: h, in: r, start: h.o.Now()}
 	defer x.finish()
 	x.identify()
-	body, err := readBody(w, r, h.o.MaxBodyBytes)
+	body, err := readBody(w, r, h.o.MaxBodyBytes, h.o.BodyReadTimeout)
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			writeError(x, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.o.MaxBodyBytes))
-		} else {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The rest of the body may still come: the connection cannot
+			// carry another request.
+			x.Header().Set("Connection", "close")
+			writeError(x, http.StatusRequestTimeout, fmt.Sprintf("request body: no byte for %s", h.o.BodyReadTimeout))
+		default:
 			writeError(x, http.StatusBadRequest, "reading request body: "+err.Error())
 		}
 		return
@@ -181,7 +228,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d, err := pool.Resolver.Resolve(r.Context(), r)
 	if err != nil {
 		x.Header().Set("Retry-After", "1")
-		writeError(x, http.StatusServiceUnavailable, "pool "+pool.Name+": "+err.Error())
+		// Resolve's errors name no backend (ErrNoBackend); keep it so.
+		writeError(x, http.StatusServiceUnavailable, "pool "+pool.Name+": no selectable backend")
+		if !errors.Is(err, resolve.ErrNoBackend) {
+			h.o.AccessLog.Warn("resolve failed", "pool", pool.Name, "err", err)
+		}
 		return
 	}
 	x.forward(d, body)
@@ -207,14 +258,64 @@ func (h *Handler) pool(body []byte) (*Pool, int, string) {
 
 // rewrite points the outbound request at the exchange's current
 // decision. Rewrite has already removed hop-by-hop and X-Forwarded-*
-// headers from Out.
+// headers from Out: X-Forwarded-For is restored from the request and this
+// hop's client (the router) appended to it, as the README says;
+// X-Forwarded-Host and -Proto keep the router's values (they describe the
+// original request), or describe this hop when it sent none.
 func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	x := exchangeOf(pr.In)
+	in, out := pr.In.Header, pr.Out.Header
+	out["X-Forwarded-For"] = in["X-Forwarded-For"]
 	pr.SetXForwarded()
-	for _, name := range h.strip {
-		pr.Out.Header.Del(name)
+	for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+		if v := in[k]; len(v) > 0 {
+			out[k] = v
+		}
 	}
+	h.stripRouting(out)
 	target(pr.Out, x)
+}
+
+// stripRouting removes every routing header a client must not set, in
+// any spelling a backend might read as it: case-insensitively, and with
+// '_' for '-' (CGI-style servers and some proxies map x_session_token and
+// x-session-token to the same variable).
+func (h *Handler) stripRouting(hdr http.Header) {
+	for k := range hdr {
+		for _, name := range h.strip {
+			if sameHeaderName(k, name) {
+				delete(hdr, k)
+				break
+			}
+		}
+	}
+}
+
+// sameHeaderName compares header names ASCII case-insensitively, with '_'
+// and '-' equal.
+func sameHeaderName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '_' {
+			x = '-'
+		}
+		if y == '_' {
+			y = '-'
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // modifyResponse notes that the backend answered, watches the body it

@@ -67,7 +67,7 @@ type Decision struct {
 	Prefill discovery.Backend
 	Outcome Outcome
 	Source  config.SourceType // the source type that yielded the key; "" without key
-	KeyHash string            // short hash of the key for logs; never the key
+	KeyHash string            // the store key (a hash of pool and key) for logs and /debug/bindings; never the key
 	// StoreError is set when the store failed and stickiness was skipped.
 	StoreError bool
 	// Since is when the session was placed on Backend (the binding's or
@@ -105,6 +105,9 @@ type Options struct {
 	Affinity Affinity
 	// Load reports scraped queue lengths (soft affinity); nil without scraping.
 	Load LoadReader
+	// StoreKeys turns session keys into store keys; nil: unkeyed SHA-256
+	// (session.StoreKey).
+	StoreKeys *session.KeyHasher
 	// Tokens signs the session tokens every decision carries; nil when
 	// the pool has no session tokens. (Keys routes by the tokens of
 	// requests, verified once, by the same codec.)
@@ -198,9 +201,9 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 	if key.Value == "" {
 		return r.unsticky(set, &Decision{})
 	}
-	// One hash serves the store and the log (its first 12 hex digits).
-	sk := session.StoreKey(r.o.Pool, key.Value)
-	d := &Decision{Source: key.Source, KeyHash: sk[:session.ShortHashLen]}
+	// One hash serves the store, the log and /debug/bindings?keyHash=.
+	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
+	d := &Decision{Source: key.Source, KeyHash: sk}
 	if key.Source == config.SourceToken {
 		return r.fromToken(set, d, key.Token)
 	}
@@ -243,10 +246,12 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision, reason Reason) (*Deci
 }
 
 // withTokens makes a decision carry the session tokens of its placement:
-// the backend (and prefill backend) it goes to, placed at d.Since.
+// the backend (and prefill backend) it goes to, placed at d.Since, valid
+// for the pool's TTL from now. Only a request with a session key (a token
+// included) gets one: a keyless request has no session to keep.
 func (r *Resolver) withTokens(d *Decision, err error) (*Decision, error) {
 	c := r.o.Tokens
-	if err != nil || c == nil || d.Backend.ID == "" {
+	if err != nil || c == nil || d.Backend.ID == "" || d.Source == "" {
 		return d, err
 	}
 	d.Tokens = append(make([]Header, 0, 2), Header{c.Header(), c.Sign(d.Backend.ID, d.Prefill.ID, d.Since)})
@@ -267,9 +272,9 @@ func (r *Resolver) rebind(ctx context.Context, set *discovery.Set, d *Decision, 
 	if reason == ReasonOverload {
 		r.m.broken().Inc()
 		d.avoid = old.Pod
-		return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, Broken)
+		return r.bind(ctx, set, d, store.Binding{Gen: store.NextGeneration(old.Gen)}, Broken)
 	}
-	return r.bind(ctx, set, d, store.Binding{Gen: old.Gen + 1}, Rebind)
+	return r.bind(ctx, set, d, store.Binding{Gen: store.NextGeneration(old.Gen)}, Rebind)
 }
 
 // overloaded is soft affinity's test of a pin on be, placed at since:
@@ -408,25 +413,29 @@ func (r *Resolver) unsticky(set *discovery.Set, d *Decision) (*Decision, error) 
 	return d, nil
 }
 
-// pick balances among the live backends. A session being moved off an
-// overloaded backend (d.avoid) goes elsewhere if anywhere else is live.
+// pick places d among the live backends, by its store key when it has one
+// (Balancer.Place). A session being moved off an overloaded backend
+// (d.avoid) goes to the least loaded other backend if any is live: soft
+// affinity moves it for load, which the key's next choice may not relieve.
 func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backend, ok bool) {
 	if d.avoid != "" {
 		avoid := d.avoid
 		d.avoid = ""
-		if be, pf, ok = r.pickIf(set, func(b discovery.Backend) bool { return b.ID != avoid }); ok {
+		if be, pf, ok = r.pickIf(set, "", func(b discovery.Backend) bool { return b.ID != avoid }); ok {
 			return be, pf, ok
 		}
 	}
-	return r.pickIf(set, func(discovery.Backend) bool { return true })
+	return r.pickIf(set, d.storeKey, func(discovery.Backend) bool { return true })
 }
 
-func (r *Resolver) pickIf(set *discovery.Set, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
+func (r *Resolver) pickIf(set *discovery.Set, key string, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
 	live := func(b discovery.Backend) bool { return !r.o.Outliers.Ejected(b.ID) && also(b) }
+	// By the session's store key, so replicas (and this one while the
+	// store is down) propose the same backend; without a key, by load.
 	if r.o.PD {
-		return r.o.Balancer.PickPair(set.Backends, set.Prefill, live)
+		return r.o.Balancer.PlacePair(key, set.Backends, set.Prefill, live)
 	}
-	be, ok = r.o.Balancer.Pick(set.Backends, live)
+	be, ok = r.o.Balancer.Place(key, set.Backends, live)
 	return be, pf, ok
 }
 

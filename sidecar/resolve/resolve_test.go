@@ -56,6 +56,11 @@ type fixture struct {
 
 func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture {
 	t.Helper()
+	return newFixtureWith(t, st, src, pd, balance.New())
+}
+
+func newFixtureWith(t *testing.T, st store.Store, src *fakeSource, pd bool, bal *balance.Balancer) *fixture {
+	t.Helper()
 	if st == nil {
 		m := newMemory(t, 1000)
 		t.Cleanup(func() { m.Close() })
@@ -66,7 +71,7 @@ func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture
 	f.r = New(Options{
 		Pool: "ns/pool", TTL: time.Minute, PD: pd,
 		Keys: headerKeys{}, Store: st, Backends: src,
-		Balancer: balance.New(),
+		Balancer: bal,
 		Outliers: outlier.New(outlier.Options{Pool: "ns/pool", Now: now, Config: config.OutlierDetection{
 			ConsecutiveFailures: 5, BaseEjectionTime: config.Duration{Duration: 10 * time.Second},
 			MaxEjectionTime: config.Duration{Duration: time.Minute}, MaxEjectionPercent: 100,
@@ -283,6 +288,34 @@ func TestStoreErrorDegradesToUnsticky(t *testing.T) {
 	d := f.resolve(t, "s1")
 	if d.Outcome != None || !d.StoreError || d.Backend.ID == "" {
 		t.Fatalf("decision on store error = %+v", d)
+	}
+}
+
+// With hashed placement, two replicas that each bind a new session before
+// they see the other's binding (two stores) choose the same backend, and a
+// replica whose store is down routes each session where it would have
+// bound it.
+func TestHashedPlacementAgreesWithoutTheStore(t *testing.T) {
+	src := newSource(be("a"), be("b"), be("c"), be("d"))
+	hashed := func(st store.Store) *fixture {
+		return newFixtureWith(t, st, src, false, balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon)))
+	}
+	r1, r2, down := hashed(nil), hashed(nil), hashed(failingStore{})
+	spread := map[string]bool{}
+	for i := range 40 {
+		k := fmt.Sprint("session-", i)
+		d1, d2, d3 := r1.resolve(t, k), r2.resolve(t, k), down.resolve(t, k)
+		if d1.Outcome != Miss || d2.Outcome != Miss || !d3.StoreError {
+			t.Fatalf("%s: outcomes %s %s, store error %v", k, d1.Outcome, d2.Outcome, d3.StoreError)
+		}
+		if d1.Backend.ID != d2.Backend.ID || d3.Backend.ID != d1.Backend.ID {
+			t.Fatalf("%s: replica 1 bound %s, replica 2 %s, the replica without store routed to %s",
+				k, d1.Backend.ID, d2.Backend.ID, d3.Backend.ID)
+		}
+		spread[d1.Backend.ID] = true
+	}
+	if len(spread) < 3 {
+		t.Fatalf("40 sessions placed on only %v", spread)
 	}
 }
 

@@ -1,18 +1,17 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
-	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/tetherproxy/tether/sidecar/session"
 )
 
-// adminHandler serves the admin listener: liveness, readiness, metrics
-// and a read-only view of one binding.
-func (s *Server) adminHandler() http.Handler {
+// adminHandler serves the admin listener: liveness, readiness and metrics,
+// which the kubelet and Prometheus reach on the pod IP. With withDebug
+// (the admin address is on loopback and the config names no debug
+// address) it serves /debug/* too, so a local setup keeps one port.
+func (s *Server) adminHandler(withDebug bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -25,40 +24,34 @@ func (s *Server) adminHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.HandleFunc("GET /debug/bindings", s.debugBinding)
+	if withDebug {
+		return s.debugHandler(mux)
+	}
 	return mux
 }
 
-// debugBinding answers GET /debug/bindings?pool=NAME&key=KEY with the
-// binding of that session, looked up by the same hash the store holds
-// and without refreshing it.
-func (s *Server) debugBinding(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	pool, key := q.Get("pool"), q.Get("key")
-	if pool == "" || key == "" {
-		http.Error(w, "pool and key query parameters are required", http.StatusBadRequest)
-		return
+// listenerMetrics count, per proxy listener, the requests being served and
+// those shed beyond proxy.maxConcurrentRequests.
+type listenerMetrics struct {
+	active *prometheus.GaugeVec
+	shed   *prometheus.CounterVec
+}
+
+func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
+	m := &listenerMetrics{
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_listener_requests_active",
+			Help: "Requests a proxy listener is serving, request bodies being read included.",
+		}, []string{"listener"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_listener_requests_shed_total",
+			Help: "Requests answered 503 because their listener served proxy.maxConcurrentRequests already.",
+		}, []string{"listener"}),
 	}
-	if _, ok := s.sources[pool]; !ok {
-		http.Error(w, "unknown pool "+pool, http.StatusNotFound)
-		return
-	}
-	b, ok, err := s.store.Peek(r.Context(), session.StoreKey(pool, key))
-	if err != nil {
-		http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	if !ok {
-		http.Error(w, "no binding", http.StatusNotFound)
-		return
-	}
-	out := struct {
-		Backend    string `json:"backend"`
-		Prefill    string `json:"prefill,omitempty"`
-		ExpiresAt  string `json:"expiresAt"`
-		Generation uint64 `json:"generation"`
-		KeyHash    string `json:"keyHash"`
-	}{b.Pod, b.PrefillPod, b.ExpiresAt.UTC().Format(time.RFC3339Nano), b.Gen, session.StoreKey(pool, key)}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(out)
+	reg.MustRegister(m.active, m.shed)
+	return m
+}
+
+func (m *listenerMetrics) of(addr string) (prometheus.Gauge, prometheus.Counter) {
+	return m.active.WithLabelValues(addr), m.shed.WithLabelValues(addr)
 }

@@ -210,9 +210,10 @@ func TestSoftAffinityMovedPinCoolsDown(t *testing.T) {
 	}
 }
 
-// TestSessionTokenRoundTrip: the response carries a signed token of the
-// backend; a request carrying it goes there with no session key and no
-// shared store, and a forged token is ignored.
+// TestSessionTokenRoundTrip: the response to a request with a session key
+// carries a signed token of the backend (a keyless one gets none); a
+// request carrying it goes there with no session key and no shared store,
+// and a forged token is ignored.
 func TestSessionTokenRoundTrip(t *testing.T) {
 	bs := startBackends(t, 3)
 	key := filepath.Join(t.TempDir(), "key")
@@ -224,17 +225,20 @@ admin: 127.0.0.1:0
 pools:
   - name: default/m
     sessionSticky:
-      sources: [{type: Token, name: x-session-token}]
+      sources: [{type: Token, name: x-session-token}, {type: Header, name: X-Session-ID}]
     sessionToken: {keyFile: %s}
     backends:
       static: %s
 `, key, a))
 	url := sc.url("default/m", "/v1/chat/completions")
 	body := `{"model":"modelsim","max_tokens":2,"messages":` + conversation(1) + `}`
-	send := func(tok string) (*http.Response, string) {
+	send := func(tok string, session ...string) (*http.Response, string) {
 		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 		if tok != "" {
 			req.Header.Set("X-Session-Token", tok)
+		}
+		for _, s := range session {
+			req.Header.Set("X-Session-ID", s)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -243,7 +247,10 @@ pools:
 		resp.Body.Close()
 		return resp, resp.Header.Get("X-Modelsim-Id")
 	}
-	resp, first := send("")
+	if resp, _ := send(""); resp.Header.Get("X-Session-Token") != "" {
+		t.Fatal("a request without a session key got a token")
+	}
+	resp, first := send("", "conversation-1")
 	tok := resp.Header.Get("X-Session-Token")
 	if tok == "" || !strings.Contains(tok, ".") {
 		t.Fatalf("no signed token in the response: %q", tok)

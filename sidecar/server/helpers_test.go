@@ -75,16 +75,25 @@ type sidecar struct {
 }
 
 // startSidecar parses doc (YAML; listen addresses may use port 0), starts
-// the server and waits until it is ready.
-func startSidecar(t testing.TB, doc string) *sidecar {
+// the server with deps (the zero Deps but for what the options set) and
+// waits until it is ready.
+func startSidecar(t testing.TB, doc string, opts ...func(*server.Deps)) *sidecar {
 	t.Helper()
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
+	var deps server.Deps
+	for _, o := range opts {
+		o(&deps)
+	}
 	logs := &testkit.SyncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	srv, err := server.New(context.Background(), cfg, log, server.Deps{})
+	hopts := &slog.HandlerOptions{}
+	if deps.LogLevel != nil {
+		hopts.Level = deps.LogLevel
+	}
+	log := slog.New(slog.NewJSONHandler(logs, hopts))
+	srv, err := server.New(context.Background(), cfg, log, deps)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}

@@ -22,7 +22,7 @@ import (
 
 // newStore builds the configured store. Shared stores fail here, before
 // anything listens, when they cannot start.
-func newStore(ctx context.Context, cfg *config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (store.Store, error) {
+func newStore(ctx context.Context, cfg *config.Config, deps Deps, limits gossip.Limits, reg prometheus.Registerer, log *slog.Logger) (store.Store, error) {
 	switch cfg.Store.Backend {
 	case config.StoreMemory:
 		return memory.New(ctx, &cfg.Store.Memory, memory.Options{})
@@ -31,7 +31,7 @@ func newStore(ctx context.Context, cfg *config.Config, deps Deps, reg prometheus
 	case config.StoreGossip:
 		return gossip.New(ctx, cfg.Store.Gossip, gossip.Options{
 			Reg: reg, Log: log, KubeClient: deps.Kube,
-			Namespace: deps.Namespace, NodeName: deps.PodName, PodIP: deps.PodIP,
+			Namespace: deps.Namespace, NodeName: deps.PodName, PodIP: deps.PodIP, Limits: limits,
 		})
 	default:
 		return nil, fmt.Errorf("store.backend: unknown backend %q", cfg.Store.Backend)

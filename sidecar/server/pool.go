@@ -6,6 +6,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/jwtauth"
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/loadscrape"
@@ -25,6 +26,17 @@ type poolDeps struct {
 	claims  *jwtauth.Verifier
 	metrics *metrics.Metrics
 	scrapes *http.Client
+	keys    *session.KeyHasher
+}
+
+// poolView is what the debug listener shows of a pool.
+type poolView struct {
+	cfg  config.Pool
+	src  discovery.Source
+	bal  *balance.Balancer
+	load *loadscrape.Scraper // nil without load scraping
+	// outliers is the pool's outlier detection (nil: off; it ejects none).
+	outliers *outlier.Detector
 }
 
 // newPool wires one pool: its discovery (health-checked, for static
@@ -51,6 +63,8 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 	s.closers = append(s.closers, transport.CloseIdleConnections)
 	s.sources[pc.Name] = src
 	s.background = append(s.background, lifecycle.Part{Name: "discovery of " + pc.Name, Run: src.Run})
+	view := &poolView{cfg: *pc, src: src, outliers: outliers}
+	s.pools = append(s.pools, view)
 	var balOpts []balance.Option
 	var load resolve.LoadReader
 	if lc := pc.Load(); lc != nil {
@@ -59,9 +73,17 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 		})
 		s.background = append(s.background, lifecycle.Part{Name: "load scrapes of " + pc.Name, Run: sc.Run})
 		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
-		load = sc
+		load, view.load = sc, sc
+	}
+	if pc.Affinity.Placement != config.PlacementLeastLoaded {
+		eps := balance.DefaultHashEpsilon
+		if pc.Affinity.HashEpsilon != nil {
+			eps = *pc.Affinity.HashEpsilon
+		}
+		balOpts = append(balOpts, balance.WithHashPlacement(eps))
 	}
 	bal := balance.New(balOpts...)
+	view.bal = bal
 	var claims session.ClaimReader
 	if sh.claims != nil {
 		claims = sh.claims // never a typed nil in the interface
@@ -69,11 +91,11 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
 		Store: sh.store, Backends: src, Balancer: bal, Outliers: outliers, Metrics: sh.metrics,
-		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load,
+		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, StoreKeys: sh.keys,
 	}
 	var extractOpts []session.Option
 	if tc := pc.SessionToken; tc != nil {
-		codec, err := token.New(pc.Name, tc)
+		codec, err := token.New(pc.Name, pc.SessionSticky.TTL(), tc)
 		if err != nil {
 			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
+	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
 
@@ -37,6 +38,9 @@ type Deps struct {
 	Namespace, PodName, PodIP string
 	// Store replaces the configured store (tests).
 	Store store.Store
+	// LogLevel is the level of log's handler, which PUT /debug/loglevel
+	// changes at run time; nil: the level cannot be changed.
+	LogLevel *slog.LevelVar
 }
 
 // Server is a wired sidecar. Create it with New, bind with Listen, then Run.
@@ -47,8 +51,15 @@ type Server struct {
 	store store.Store
 	// sources are the pools' discovery, by pool name.
 	sources   map[string]discovery.Source
+	pools     []*poolView
+	keys      *session.KeyHasher
+	level     *slog.LevelVar
 	listeners []*listener
 	admin     *listener
+	// debug serves /debug/* on its own loopback listener; nil when the
+	// config has no debug address (then admin serves /debug/* if it is
+	// itself on loopback, or nothing does).
+	debug *listener
 	// background are the parts the listeners read from: discovery, load
 	// scrapes, key reloads; they stop after the listeners have drained.
 	background []lifecycle.Part
@@ -68,7 +79,7 @@ type listener struct {
 // New builds every part from cfg. It fails, naming the part, when a store
 // or discovery cannot start (Redis unreachable, key files unreadable, ...).
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (*Server, error) {
-	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), sources: map[string]discovery.Source{}}
+	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), sources: map[string]discovery.Source{}, level: deps.LogLevel}
 	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -78,9 +89,10 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	}()
 
 	st := deps.Store
+	limits := &ringLimits{}
 	if st == nil {
 		var err error
-		if st, err = newStore(ctx, cfg, deps, s.reg, log); err != nil {
+		if st, err = newStore(ctx, cfg, deps, limits, s.reg, log); err != nil {
 			return nil, err
 		}
 	}
@@ -95,6 +107,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			Name: "tether_bindings_live",
 			Help: "Bindings held by this replica's store (expired ones not yet swept included).",
 		}, func() float64 { return float64(c.Len()) }))
+	}
+
+	if cfg.Store.KeySecretFile != "" {
+		var err error
+		if s.keys, err = session.LoadKeyHasher(cfg.Store.KeySecretFile); err != nil {
+			return nil, err
+		}
 	}
 
 	claims, err := newClaimReader(cfg, s.reg, log)
@@ -112,8 +131,10 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	s.closers = append(s.closers, scrapeTransport.CloseIdleConnections)
 	shared := poolDeps{
 		deps: deps, store: st, claims: claims, metrics: metrics.New(s.reg),
-		scrapes: &http.Client{Transport: scrapeTransport},
+		scrapes: &http.Client{Transport: scrapeTransport}, keys: s.keys,
 	}
+	listenerMetrics := newListenerMetrics(s.reg)
+	var lpools []limitPool
 	for _, l := range cfg.Listeners() {
 		var pools []proxy.Pool
 		var names []string
@@ -124,23 +145,61 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			}
 			pools = append(pools, pp)
 			names = append(names, pp.Name)
+			lpools = append(lpools, limitPool{ttl: cfg.Pools[i].SessionSticky.TTL(), src: s.sources[pp.Name]})
 		}
 		h := proxy.New(proxy.Options{
-			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes,
+			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes, BodyReadTimeout: cfg.Proxy.BodyReadTimeout.Duration,
 			Metrics: shared.metrics, AccessLog: log,
 		})
+		active, shed := listenerMetrics.of(l.Addr)
 		s.listeners = append(s.listeners, &listener{pools: names, srv: &http.Server{
-			Addr:              l.Addr,
-			Handler:           h,
-			MaxHeaderBytes:    cfg.Proxy.MaxRequestHeaderBytes,
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       120 * time.Second,
+			Addr:           l.Addr,
+			Handler:        proxy.Limit(h, cfg.Proxy.MaxConcurrentRequests, active, shed),
+			MaxHeaderBytes: cfg.Proxy.MaxRequestHeaderBytes,
+			// No ReadTimeout or WriteTimeout: a request body may take long
+			// to arrive as long as it keeps arriving (the proxy's idle
+			// deadline, proxy.bodyReadTimeout), and a response streams for
+			// as long as the model generates.
+			ReadHeaderTimeout: proxyHeaderTimeout,
+			IdleTimeout:       proxyIdleTimeout,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}})
 	}
-	s.admin = &listener{srv: &http.Server{Addr: cfg.Admin, Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}}
+	limits.publish(lpools)
+	debugOnAdmin := cfg.Debug == "" && config.IsLoopback(cfg.Admin)
+	s.admin = &listener{srv: s.controlServer(cfg.Admin, s.adminHandler(debugOnAdmin), adminWriteTimeout)}
+	if cfg.Debug != "" {
+		s.debug = &listener{srv: s.controlServer(cfg.Debug, s.debugHandler(http.NewServeMux()), debugWriteTimeout)}
+	}
 	ok = true
 	return s, nil
+}
+
+// Timeouts of the listeners. The proxy's are the ones a slow or idle
+// client meets (headers, then the idle time between requests); the admin
+// and debug listeners answer small requests at once, except pprof's
+// profiles and traces, which the debug listener lets run for a minute.
+const (
+	proxyHeaderTimeout   = 10 * time.Second
+	proxyIdleTimeout     = 120 * time.Second
+	controlHeaderTimeout = 5 * time.Second
+	controlReadTimeout   = 10 * time.Second
+	controlIdleTimeout   = 60 * time.Second
+	adminWriteTimeout    = 30 * time.Second
+	debugWriteTimeout    = 90 * time.Second
+)
+
+// controlServer is the http.Server of the admin or the debug listener.
+func (s *Server) controlServer(addr string, h http.Handler, write time.Duration) *http.Server {
+	return &http.Server{
+		Addr: addr, Handler: h,
+		ReadHeaderTimeout: controlHeaderTimeout,
+		ReadTimeout:       controlReadTimeout,
+		WriteTimeout:      write,
+		IdleTimeout:       controlIdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 }
 
 // discovered is the transport's dial guard: only addresses of backends
@@ -167,6 +226,19 @@ func (s *Server) Listen() error {
 		s.unbind()
 		return fmt.Errorf("admin: %w", err)
 	}
+	if s.debug != nil {
+		if err := s.debug.listen(); err != nil {
+			s.unbind()
+			return fmt.Errorf("debug: %w", err)
+		}
+		// Validate allows only loopback addresses; a name that resolved
+		// elsewhere (a hosts file mapping localhost away) is refused here.
+		if tcp, ok := s.debug.ln.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
+			addr := s.debug.ln.Addr().String()
+			s.unbind()
+			return fmt.Errorf("debug: %s is bound to %s, not a loopback address", s.cfg.Debug, addr)
+		}
+	}
 	return nil
 }
 
@@ -191,12 +263,16 @@ func (s *Server) closeListeners() {
 	}
 }
 
-// all is every listener, the admin one included (nil before New is done).
+// all is every listener, the admin and debug ones included (nil before
+// New is done).
 func (s *Server) all() []*listener {
-	if s.admin == nil {
-		return s.listeners
+	var out []*listener
+	for _, l := range []*listener{s.admin, s.debug} {
+		if l != nil {
+			out = append(out, l)
+		}
 	}
-	return append([]*listener{s.admin}, s.listeners...)
+	return append(out, s.listeners...)
 }
 
 // PoolAddr is the bound address of a pool's listener (after Listen).
@@ -213,6 +289,15 @@ func (s *Server) PoolAddr(pool string) string {
 
 // AdminAddr is the bound admin address (after Listen).
 func (s *Server) AdminAddr() string { return s.admin.ln.Addr().String() }
+
+// DebugAddr is the bound debug address (after Listen); "" without a debug
+// listener of its own.
+func (s *Server) DebugAddr() string {
+	if s.debug == nil || s.debug.ln == nil {
+		return ""
+	}
+	return s.debug.ln.Addr().String()
+}
 
 // Registry is the server's metrics registry.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
@@ -231,6 +316,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.close()
 	background := append(lifecycle.Group{{Name: "readiness", Run: s.watchReady}}, s.background...)
 	admin := lifecycle.Group{s.admin.part("admin", 0, s.log)}
+	if s.debug != nil {
+		admin = append(admin, s.debug.part("debug", 0, s.log))
+	}
 	var serving lifecycle.Group
 	addrs := map[string]string{}
 	for _, l := range s.listeners {
@@ -239,7 +327,8 @@ func (s *Server) Run(ctx context.Context) error {
 			addrs[name] = l.ln.Addr().String()
 		}
 	}
-	s.log.Info("tether-sidecar serving", "admin", s.AdminAddr(), "pools", addrs, "store", s.cfg.Store.Backend)
+	s.log.Info("tether-sidecar serving", "admin", s.AdminAddr(), "debug", s.DebugAddr(), "pools", addrs, "store", s.cfg.Store.Backend,
+		"store_keys_keyed", s.keys.Keyed())
 	return lifecycle.Run(ctx, s.drain, background, admin, serving)
 }
 
@@ -276,9 +365,16 @@ func (s *Server) watchReady(ctx context.Context) error {
 
 // synced: every pool's discovery has its first complete view, and a store
 // that receives state from peers (gossip) has it, so a new replica never
-// serves turns of sessions the ring already knows as new ones.
+// serves turns of sessions the ring already knows as new ones; unless
+// store.gossip.requireAtStartup is false, which makes a replica ready
+// without the ring's state (it pulls it in the background, and sessions
+// it binds meanwhile settle by the conflict rule).
 func (s *Server) synced() bool {
-	if st, ok := s.store.(interface{ Synced() bool }); ok && !st.Synced() {
+	waitStore := true
+	if g := s.cfg.Store.Gossip; s.cfg.Store.Backend == config.StoreGossip && g != nil {
+		waitStore = g.Required()
+	}
+	if st, ok := s.store.(interface{ Synced() bool }); ok && waitStore && !st.Synced() {
 		return false
 	}
 	for _, src := range s.sources {

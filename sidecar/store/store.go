@@ -28,6 +28,23 @@ type Binding struct {
 	ExpiresAt time.Time
 }
 
+// MaxGeneration bounds Binding.Gen. A generation counts rebinds of one
+// session, a handful in its life; 2^32 of them are beyond any real
+// session, so a higher generation from a peer is forged or corrupt and is
+// refused (it would otherwise supersede every real binding of the session
+// for good), and NextGeneration saturates here instead of wrapping to 0
+// (which would lose to every binding).
+const MaxGeneration = 1<<32 - 1
+
+// NextGeneration is the generation of a rebind of a binding of gen g:
+// g+1, saturating at MaxGeneration.
+func NextGeneration(g uint64) uint64 {
+	if g >= MaxGeneration {
+		return MaxGeneration
+	}
+	return g + 1
+}
+
 // SameTarget reports whether a and b name the same backends and generation:
 // the identity CompareAndDelete compares.
 func (b Binding) SameTarget(o Binding) bool {

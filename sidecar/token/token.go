@@ -6,8 +6,10 @@
 // authenticated, base64url(payload) "." base64url(HMAC-SHA256), so a client
 // cannot aim its traffic at a pod of its choosing. The payload names the
 // pool (a token of one pool is worthless in another), the backend, the
-// prefill backend of a PD pair, and when the session was placed there
-// (soft affinity's cool-down holds across replicas without a store).
+// prefill backend of a PD pair, when the session was placed there (soft
+// affinity's cool-down holds across replicas without a store), and when
+// the token lapses: the pool's TTL after it was issued, renewed by every
+// response, so a leaked token is worthless once its session is idle.
 // Keys rotate: the current key signs, the current and the previous key
 // verify. A request's token is verified once, by the session extractor;
 // the resolver signs the tokens a decision carries, and the proxy writes
@@ -46,6 +48,11 @@ type Payload struct {
 	Prefill string `json:"f,omitempty"`
 	// Since is when the session was placed on Backend (unix seconds).
 	Since int64 `json:"t,omitempty"`
+	// Expires is when the token stops being accepted (unix seconds): the
+	// pool's TTL after it was issued. Every response of the session
+	// carries a new token, so a session in use never sees it lapse, like
+	// a binding's sliding expiry.
+	Expires int64 `json:"e,omitempty"`
 }
 
 // Codec signs and verifies the tokens of one pool, and knows the response
@@ -55,11 +62,16 @@ type Codec struct {
 	cur, prev             []byte
 	allowUnsigned         bool
 	header, prefillHeader string
+	// ttl is how long a token is valid after it is issued; 0: forever
+	// (tests of the format). now is the clock.
+	ttl time.Duration
+	now func() time.Time
 }
 
-// New reads the keys of cfg. Key files hold the raw key; surrounding
-// whitespace (a trailing newline) is trimmed.
-func New(pool string, cfg *config.SessionToken) (*Codec, error) {
+// New reads the keys of cfg for a pool whose bindings live ttl. Key files
+// hold the raw key; surrounding whitespace (a trailing newline) is
+// trimmed.
+func New(pool string, ttl time.Duration, cfg *config.SessionToken) (*Codec, error) {
 	cur, err := readKey(cfg.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("sessionToken.keyFile: %w", err)
@@ -70,9 +82,20 @@ func New(pool string, cfg *config.SessionToken) (*Codec, error) {
 			return nil, fmt.Errorf("sessionToken.previousKeyFile: %w", err)
 		}
 	}
-	c := NewWithKeys(pool, cur, prev, cfg.AllowUnsigned)
+	c := NewWithKeys(pool, cur, prev, cfg.AllowUnsigned).WithTTL(ttl, nil)
 	c.header, c.prefillHeader = cfg.Header, cfg.PrefillHeader
 	return c, nil
+}
+
+// WithTTL makes c issue tokens valid for ttl from their issue on the
+// clock now (nil: time.Now), and refuse signed tokens without an expiry
+// or past it. It returns c.
+func (c *Codec) WithTTL(ttl time.Duration, now func() time.Time) *Codec {
+	if now == nil {
+		now = time.Now
+	}
+	c.ttl, c.now = ttl, now
+	return c
 }
 
 func readKey(path string) ([]byte, error) {
@@ -107,7 +130,13 @@ func (c *Codec) Sign(backend, prefill string, since time.Time) string {
 	if !since.IsZero() {
 		t = since.Unix()
 	}
-	p, _ := json.Marshal(Payload{Pool: c.pool, Backend: backend, Prefill: prefill, Since: t})
+	var exp int64
+	if c.ttl > 0 {
+		// Rounded up to the second, so a token never lapses before the
+		// pool's TTL has passed.
+		exp = c.now().Add(c.ttl + time.Second - 1).Unix()
+	}
+	p, _ := json.Marshal(Payload{Pool: c.pool, Backend: backend, Prefill: prefill, Since: t, Expires: exp})
 	enc := base64.RawURLEncoding.EncodeToString(p)
 	return enc + "." + base64.RawURLEncoding.EncodeToString(mac(c.cur, enc))
 }
@@ -149,6 +178,9 @@ func (c *Codec) Verify(tok string) (Payload, bool) {
 	var p Payload
 	if json.Unmarshal(raw, &p) != nil || p.Pool != c.pool || p.Backend == "" {
 		return Payload{}, false
+	}
+	if c.ttl > 0 && (p.Expires == 0 || c.now().Unix() >= p.Expires) {
+		return Payload{}, false // lapsed, or from a codec that set no expiry
 	}
 	return p, true
 }

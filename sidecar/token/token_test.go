@@ -107,25 +107,63 @@ func TestNewReadsKeyFiles(t *testing.T) {
 	os.WriteFile(cur, append(keyB, '\n'), 0o600)
 	os.WriteFile(prev, keyA, 0o600)
 	os.WriteFile(short, []byte("tiny"), 0o600)
-	c, err := New("p", &config.SessionToken{KeyFile: cur, PreviousKeyFile: prev})
+	c, err := New("p", 0, &config.SessionToken{KeyFile: cur, PreviousKeyFile: prev})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !valid(c, NewWithKeys("p", keyA, nil, false).Sign("b", "", time.Time{})) || !valid(c, NewWithKeys("p", keyB, nil, false).Sign("b", "", time.Time{})) {
 		t.Fatal("keys from files do not verify")
 	}
-	if _, err := New("p", &config.SessionToken{KeyFile: short}); err == nil || !strings.Contains(err.Error(), "at least 32") {
+	if _, err := New("p", 0, &config.SessionToken{KeyFile: short}); err == nil || !strings.Contains(err.Error(), "at least 32") {
 		t.Fatalf("short key: %v", err)
 	}
-	if _, err := New("p", &config.SessionToken{KeyFile: cur, PreviousKeyFile: filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "previousKeyFile") {
+	if _, err := New("p", 0, &config.SessionToken{KeyFile: cur, PreviousKeyFile: filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "previousKeyFile") {
 		t.Fatalf("missing previous key: %v", err)
 	}
 }
 
+// A token lapses the pool's TTL after it was issued; one without an
+// expiry (signed by a codec that sets none) is refused by one that does.
+func TestExpiry(t *testing.T) {
+	clock := time.Unix(1_700_000_000, 0)
+	now := func() time.Time { return clock }
+	c := NewWithKeys("p", keyA, nil, false).WithTTL(5*time.Minute, now)
+	tok := c.Sign("b", "", clock)
+	p, ok := c.Verify(tok)
+	if !ok || p.Expires != clock.Add(5*time.Minute).Unix() {
+		t.Fatalf("fresh token: %+v %v", p, ok)
+	}
+	clock = clock.Add(5*time.Minute - time.Second)
+	if !valid(c, tok) {
+		t.Fatal("token refused before its TTL passed")
+	}
+	renewed := c.Sign("b", "", time.Unix(1_700_000_000, 0)) // the next response's token
+	clock = clock.Add(time.Second)
+	if valid(c, tok) {
+		t.Fatal("token accepted once its TTL passed")
+	}
+	if !valid(c, renewed) {
+		t.Fatal("the renewed token lapsed with the old one")
+	}
+	if valid(c, NewWithKeys("p", keyA, nil, false).Sign("b", "", clock)) {
+		t.Fatal("a signed token without an expiry was accepted")
+	}
+	// The key alone cannot extend a token: the expiry is under the MAC.
+	enc, sig, _ := strings.Cut(renewed, ".")
+	raw, _ := base64.RawURLEncoding.DecodeString(enc)
+	longer := strings.Replace(string(raw), `"e":`, `"e":9`, 1)
+	if valid(c, base64.RawURLEncoding.EncodeToString([]byte(longer))+"."+sig) {
+		t.Fatal("an extended expiry verified")
+	}
+}
+
 // FuzzVerify: no input panics, and anything accepted without unsigned
-// tokens was signed for this pool.
+// tokens was signed for this pool (and, with a TTL, is not past it).
 func FuzzVerify(f *testing.F) {
 	c := NewWithKeys("p", keyA, keyB, false)
+	clock := time.Unix(1_700_000_000, 0)
+	e := NewWithKeys("p", keyA, keyB, false).WithTTL(time.Minute, func() time.Time { return clock })
+	f.Add(e.Sign("b", "", clock))
 	u := NewWithKeys("p", keyA, keyB, true)
 	f.Add(c.Sign("b", "f", time.Unix(1, 0)))
 	f.Add(base64.StdEncoding.EncodeToString([]byte("ns/name")))
@@ -136,6 +174,9 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", tok, p)
 		}
 		u.Verify(tok)
+		if p, ok := e.Verify(tok); ok && (p.Expires <= clock.Unix() || p.Pool != "p") {
+			t.Fatalf("accepted %q as %+v at %d", tok, p, clock.Unix())
+		}
 	})
 }
 

@@ -134,7 +134,15 @@ func (s *Store) mergeMessage(m *message) {
 	hook := s.hook.Load()
 	var back []record
 	for _, r := range m.Records {
-		res, win := s.st.apply(r.Key, r.value(now), now)
+		v, drop, clamped := s.admit(r, now)
+		if drop != "" {
+			s.met.recordsDropped[drop].Inc()
+			continue
+		}
+		if clamped {
+			s.met.recordsClamped.Inc()
+		}
+		res, win := s.st.apply(r.Key, v, now)
 		switch res {
 		case applyReplaced:
 			s.met.conflicts.WithLabelValues("replaced").Inc()

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/tetherproxy/tether/sidecar/discovery"
 )
 
 // The wire format of tether's gossip messages (memberlist user messages).
@@ -32,14 +34,17 @@ const (
 	kindChunk   byte = 4 // one bounded piece of a state transfer
 )
 
-// Bounds a decoder enforces.
+// Bounds a decoder enforces: the shape of a message. What a record may say
+// (its expiry, generation and backends) is judged against this replica's
+// own pools after decoding (trust.go).
 const (
-	maxNameLen = 512            // backend IDs and node names
-	maxTTL     = 40 * 86400_000 // 40 days in ms: far beyond any sane binding TTL
+	maxNameLen = 512                // memberlist node names (a pod name and a suffix)
+	maxIDLen   = discovery.MaxIDLen // backend IDs: no pool has a longer one
+	maxTTL     = 40 * 86400_000     // 40 days in ms: far beyond any sane binding TTL
 	recordMin  = 16 + 1 + 1 + 1 + 1 + 1 + 1
 	// recordMax is the largest record: every varint at full length and
-	// both names at maxNameLen. Packets are sized so one always fits.
-	recordMax = 16 + 10 + 10 + 10 + 1 + 2*(2+maxNameLen)
+	// both backend IDs at maxIDLen. Packets are sized so one always fits.
+	recordMax = 16 + 10 + 10 + 10 + 1 + 2*(2+maxIDLen)
 )
 
 var kindNames = map[byte]string{
@@ -181,7 +186,7 @@ func decode(b []byte) (*message, error) {
 		return nil, fmt.Errorf("unsupported version %d", v)
 	}
 	m := &message{Kind: d.byte()}
-	m.From = d.string()
+	m.From = d.string(maxNameLen)
 	switch m.Kind {
 	case kindDelta, kindRefresh:
 	case kindSyncReq:
@@ -250,13 +255,13 @@ func (d *decoder) varint() int64 {
 	return v
 }
 
-func (d *decoder) string() string {
+func (d *decoder) string(limit uint64) string {
 	n := d.uvarint()
 	if d.err != nil {
 		return ""
 	}
-	if n > maxNameLen {
-		d.fail(fmt.Errorf("name of %d bytes exceeds %d", n, maxNameLen))
+	if n > limit {
+		d.fail(fmt.Errorf("name of %d bytes exceeds %d", n, limit))
 		return ""
 	}
 	if uint64(len(d.b)) < n {
@@ -290,8 +295,8 @@ func (d *decoder) record() record {
 	default:
 		r.Tomb = f == 1
 	}
-	r.Pod = d.string()
-	r.Prefill = d.string()
+	r.Pod = d.string(maxIDLen)
+	r.Prefill = d.string(maxIDLen)
 	if d.err == nil && r.Pod == "" {
 		d.fail(errors.New("record without pod"))
 	}

@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/store"
 )
 
 func sampleRecords(n int) []record {
@@ -74,17 +77,45 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
-// FuzzDecode: a peer may send anything. decode never panics, and whatever
-// it accepts re-encodes to something it decodes to the same message.
+// FuzzDecode: a peer may send anything. decode never panics, whatever it
+// accepts is within the wire's bounds and re-encodes to something it
+// decodes to the same message, and no record it yields is merged beyond
+// this replica's limits: never a generation above the maximum, a backend
+// no pool lists, or an expiry past now plus the pool's TTL.
 func FuzzDecode(f *testing.F) {
+	limits := newFakeLimits(time.Minute, "llama-decode-7f9c8d-x2k4p", "llama-prefill-0")
+	s := &Store{opts: Options{Limits: limits, TombstoneGrace: 30 * time.Second}}
 	f.Add(encode(&message{Kind: kindDelta, From: "n", Records: sampleRecords(2)}))
 	f.Add(encode(&message{Kind: kindChunk, From: "n", SyncID: 3, Total: 2}))
 	f.Add(encode(&message{Kind: kindSyncReq, From: "n", SyncID: 3}))
 	f.Add([]byte{wireVersion, kindRefresh, 0})
+	huge := sampleRecords(2)
+	huge[0].Gen, huge[1].TTL = 1<<63, maxTTL
+	f.Add(encode(&message{Kind: kindDelta, From: "n", Records: huge}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decode(b)
 		if err != nil {
 			return
+		}
+		if len(m.From) > maxNameLen {
+			t.Fatalf("node name of %d bytes", len(m.From))
+		}
+		const now = 1_000_000
+		for _, r := range m.Records {
+			if len(r.Pod) > maxIDLen || len(r.Prefill) > maxIDLen || r.Pod == "" || r.TTL <= 0 || r.TTL > maxTTL {
+				t.Fatalf("record out of the wire's bounds: %+v", r)
+			}
+			v, drop, _ := s.admit(r, now)
+			if drop != "" {
+				continue
+			}
+			limit := int64(60_000)
+			if r.Tomb {
+				limit = 2*limit + 30_000
+			}
+			if v.Gen > store.MaxGeneration || !limits.backends[v.Pod] || (v.Prefill != "" && !limits.backends[v.Prefill]) || v.Expires > now+limit {
+				t.Fatalf("admitted beyond the limits: %+v from %+v", v, r)
+			}
 		}
 		m2, err := decode(encode(m))
 		if err != nil {

@@ -3,9 +3,12 @@
 //
 // Every replica holds every binding in a bounded local table (maxEntries;
 // when full, a CLOCK approximation of least recent local use picks the
-// binding to evict, see state.go). Reads never leave the process. Changes
-// travel as deltas; memberlist provides membership, failure detection,
-// the transport and encryption.
+// binding to evict, sparing sessions this replica served; see state.go).
+// Reads never leave the process. Changes travel as deltas; memberlist
+// provides membership, failure detection, the transport and encryption.
+// Every record from the ring is held to this replica's own limits
+// (trust.go): generations are bounded, backends must be ones its pools
+// list, and expiries are clamped to the pool's TTL.
 //
 // # Conflict rule
 //

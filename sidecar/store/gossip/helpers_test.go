@@ -188,7 +188,10 @@ func newNode(tn *testNet, name string, join []string, opts ...nodeOpt) (*Store, 
 	for _, f := range opts {
 		f(cfg, &o)
 	}
-	o.Reg, o.Log = prometheus.NewRegistry(), testLogger().With("node", name)
+	o.Reg = prometheus.NewRegistry()
+	if o.Log == nil {
+		o.Log = testLogger().With("node", name)
+	}
 	return New(context.Background(), cfg, o)
 }
 

@@ -6,10 +6,12 @@ type metrics struct {
 	msgsSent, bytesSent *prometheus.CounterVec // by kind
 	msgsRecv, bytesRecv *prometheus.CounterVec // by kind
 	decodeErrors        prometheus.Counter
-	conflicts           *prometheus.CounterVec // by result: replaced | kept
-	chunks              *prometheus.CounterVec // by direction: sent | received
-	transfers           *prometheus.CounterVec // by result: complete | retry | gave_up
-	dropped             *prometheus.CounterVec // by reason
+	conflicts           *prometheus.CounterVec        // by result: replaced | kept
+	chunks              *prometheus.CounterVec        // by direction: sent | received
+	transfers           *prometheus.CounterVec        // by result: complete | retry | gave_up
+	dropped             *prometheus.CounterVec        // by reason
+	recordsDropped      map[string]prometheus.Counter // by reason (trust.go)
+	recordsClamped      prometheus.Counter
 	expired             prometheus.Counter
 	joins               *prometheus.CounterVec // by result: ok | error
 }
@@ -54,6 +56,16 @@ func newMetrics(reg prometheus.Registerer, insecure bool, members, bindings, evi
 			Name: ns + "join_attempts_total", Help: "Attempts to join peers from discovery, by result.",
 		}, []string{"result"}),
 	}
+	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: ns + "records_dropped_total", Help: "Records from the ring refused by this replica's limits, by reason: generation (above the maximum), unknown_backend (no pool here lists the backend), not_synced (discovery has no first view yet).",
+	}, []string{"reason"})
+	m.recordsDropped = map[string]prometheus.Counter{}
+	for _, r := range dropReasons {
+		m.recordsDropped[r] = dropped.WithLabelValues(r)
+	}
+	m.recordsClamped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: ns + "records_clamped_total", Help: "Records from the ring whose time left exceeded the pool's TTL and was cut to it.",
+	})
 	if reg == nil {
 		return m
 	}
@@ -64,7 +76,7 @@ func newMetrics(reg prometheus.Registerer, insecure bool, members, bindings, evi
 		insecureGauge.Set(1)
 	}
 	reg.MustRegister(m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.decodeErrors, insecureGauge,
-		m.conflicts, m.chunks, m.transfers, m.dropped, m.expired, m.joins,
+		m.conflicts, m.chunks, m.transfers, m.dropped, m.expired, m.joins, dropped, m.recordsClamped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: ns + "members", Help: "Live members of the gossip ring, this replica included.",
 		}, members),

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/internal/table"
 )
 
@@ -22,11 +23,19 @@ import (
 // marks an entry; values merged from peers and tombstones do not. The
 // entry evicted is the first the hand finds unmarked since its last pass,
 // or expired: an approximation of least recently used on this replica,
-// whatever the expiries (a long TTL buys no protection).
+// whatever the expiries (a long TTL buys no protection). Sessions this
+// replica served (flagLocal, kept for the entry's life) are spared while
+// the hand finds an unmarked entry from the ring within a short scan, so a
+// flood of records from the ring, forged or not, evicts other such
+// records, never the sessions served here.
 
 const (
 	flagTomb  = 1 << iota // the binding was deleted (compare-and-delete)
 	flagDirty             // the key waits in shard.dirty for a refresh announcement
+	// flagLocal: this replica created or served the session. Eviction
+	// takes entries without it first, so records from the ring (a flood
+	// of them included) never push out the sessions this replica serves.
+	flagLocal
 )
 
 // announceTick is the resolution of entry.announced.
@@ -113,6 +122,7 @@ func (s *state) lookup(k key, now, ttl int64, refresh bool) (value, bool) {
 		return value{}, false
 	}
 	if refresh {
+		e.flags |= flagLocal
 		e.expires = max(e.expires, now+ttl)
 		if e.flags&flagDirty == 0 && e.expires-s.fromTicks(e.announced) >= ttl/4 {
 			e.flags |= flagDirty
@@ -135,7 +145,7 @@ func (s *state) create(k key, v value, now, ttl int64) (value, bool) {
 		return sh.value(e), false
 	}
 	if e != nil && e.flags&flagTomb != 0 && e.gen >= v.Gen {
-		v.Gen = e.gen + 1
+		v.Gen = store.NextGeneration(e.gen)
 	}
 	v.Tomb = false
 	v.Expires = now + ttl
@@ -155,7 +165,7 @@ func (s *state) compareAndDelete(k key, gen uint64, pod, prefill string, now, gr
 		sh.names.Name(e.pod) != pod || sh.names.Name(e.prefill) != prefill {
 		return value{}, false
 	}
-	e.flags = flagTomb
+	e.flags = flagTomb | e.flags&flagLocal
 	e.expires = now + 2*(e.expires-now) + grace
 	e.announced = s.ticks(e.expires)
 	s.live.Add(-1)
@@ -206,16 +216,20 @@ func (s *state) apply(k key, in value, now int64) (applyResult, value) {
 }
 
 // put stores v under k, replacing whatever is there (the caller holds the
-// lock and has decided v wins); use marks a local use (for eviction). A new
+// lock and has decided v wins). local says this replica created or
+// served it: the entry is marked as used (the CLOCK's reference mark) and
+// as served here (flagLocal, which eviction spares); a session this
+// replica served stays marked as such whatever replaces its binding. A new
 // key past maxEntries evicts one entry of this shard: the bound is global,
 // exceeded at most by one entry per shard that happened to be empty. The
 // ring already knows v's expiry (v was just broadcast or received).
-func (s *state) put(sh *shard, k key, v value, now int64, use bool) {
+func (s *state) put(sh *shard, k key, v value, now int64, local bool) {
 	if old := sh.t.Get(k); old != nil {
 		sh.drop(*old)
 		if old.flags&flagTomb == 0 {
 			s.live.Add(-1)
 		}
+		local = local || old.flags&flagLocal != 0
 	} else {
 		if s.count.Load() >= s.max {
 			s.evict(sh, now)
@@ -235,13 +249,20 @@ func (s *state) put(sh *shard, k key, v value, now int64, use bool) {
 	} else {
 		s.live.Add(1)
 	}
-	sh.t.Put(k, e, use)
+	if local {
+		e.flags |= flagLocal
+	}
+	sh.t.Put(k, e, local)
 }
 
-// evict removes one entry of sh: the first the CLOCK hand finds expired or
-// not used locally since it last passed (see the top of this file).
+// evict removes one entry of sh: the first the CLOCK hand finds expired,
+// or not used locally since it last passed and never served here; a
+// session served here goes only when the hand finds nothing else nearby
+// (see the top of this file).
 func (s *state) evict(sh *shard, now int64) {
-	_, e, ok := sh.t.Evict(func(e *entry) bool { return e.expires <= now })
+	_, e, ok := sh.t.EvictSparing(
+		func(e *entry) bool { return e.expires <= now },
+		func(e *entry) bool { return e.flags&flagLocal != 0 })
 	if !ok {
 		return
 	}

@@ -43,6 +43,9 @@ type Options struct {
 	PodIP string
 	// Clock is the time source for TTLs; default time.Now.
 	Clock func() time.Time
+	// Limits are this replica's pools, against which every record from
+	// the ring is judged (trust.go); nil: only the wire's own bounds.
+	Limits Limits
 
 	// RefreshInterval is how often coalesced refreshes are sent; 250ms.
 	RefreshInterval time.Duration
@@ -308,8 +311,8 @@ func (s *Store) Create(_ context.Context, k string, b store.Binding, ttl time.Du
 	if b.Pod == "" {
 		return store.Binding{}, errors.New("gossip store: binding without pod")
 	}
-	if len(b.Pod) > maxNameLen || len(b.PrefillPod) > maxNameLen {
-		return store.Binding{}, fmt.Errorf("gossip store: backend ID longer than %d bytes", maxNameLen)
+	if len(b.Pod) > maxIDLen || len(b.PrefillPod) > maxIDLen {
+		return store.Binding{}, fmt.Errorf("gossip store: backend ID longer than %d bytes", maxIDLen)
 	}
 	now := s.now()
 	created := now

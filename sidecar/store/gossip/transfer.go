@@ -191,7 +191,9 @@ func (t *transfer) step(now time.Time) {
 		p.peer, p.id, p.got, p.total = cands[mrand.IntN(len(cands))], newID(), 0, 0
 		p.deadline = now.Add(t.s.opts.TransferTimeout)
 		req = p
-	case p == nil && len(t.burst) > 0 && now.Sub(t.lastJoin) >= joinDebounce:
+	case p == nil && len(t.burst) > 0 && now.Sub(t.lastJoin) >= joinDebounce && t.s.limitsSynced():
+		// Records are judged against the pools' discovery (trust.go):
+		// before its first view they would all be refused, so wait for it.
 		var cands []string
 		for _, n := range members {
 			if _, ok := t.burst[n.Name]; ok {
@@ -205,7 +207,7 @@ func (t *transfer) step(now time.Time) {
 			req = t.pull
 		}
 	}
-	if !t.synced && t.pull == nil && now.Sub(t.start) >= startupGrace {
+	if !t.synced && t.pull == nil && len(t.burst) == 0 && now.Sub(t.start) >= startupGrace {
 		t.setSyncedLocked()
 	}
 	var r pull

@@ -124,6 +124,17 @@ func (b *breaker) trip(d time.Duration) {
 	b.openUntil = time.Now().Add(b.backoff)
 }
 
+// hold opens the breaker until a success closes it, without probes:
+// something else (a store that started degraded) finds out when the
+// backend answers. It does not call onChange.
+func (b *breaker) hold() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.state, b.probing, b.failures = open, false, 0
+	b.backoff = b.minBackoff
+	b.openUntil = time.Unix(1<<62, 0)
+}
+
 // isOpen reports whether calls are being refused or probed.
 func (b *breaker) isOpen() bool {
 	b.mu.Lock()

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -98,10 +99,34 @@ func universalOptions(cfg *config.RedisStore, password string) (*redis.Universal
 		o.SentinelPassword = password
 	}
 	if cfg.TLS {
-		// System roots; go-redis sets ServerName from each node's host.
+		// System roots unless caFile; go-redis sets ServerName from each
+		// node's host.
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.CAFile != "" {
+			roots, err := readCAFile(cfg.CAFile)
+			if err != nil {
+				return nil, err
+			}
+			o.TLSConfig.RootCAs = roots
+		}
 	}
 	return o, nil
+}
+
+// readCAFile reads the PEM certificates of caFile into a pool that
+// replaces the system roots. It is read once, at start: a new CA takes a
+// restart (a rolling one, while the old CA still signs Redis's
+// certificate, has no downtime).
+func readCAFile(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("store.redis.caFile: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("store.redis.caFile %s: no PEM certificate in it", path)
+	}
+	return roots, nil
 }
 
 // readPassword reads passwordFile, dropping the trailing newline that

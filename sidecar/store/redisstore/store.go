@@ -58,7 +58,12 @@ type Options struct {
 	LogInterval time.Duration
 	// StartupTimeout is how long New retries an unreachable Redis before
 	// giving up (default 5s). An authentication failure ends it at once.
+	// With requireAtStartup: false, New tries once and starts degraded.
 	StartupTimeout time.Duration
+	// ReconnectInterval is the first pause between the background PINGs
+	// of a store that started degraded; it doubles up to 5s (default
+	// 250ms).
+	ReconnectInterval time.Duration
 
 	// hooks and dialer let this package's tests count round trips.
 	hooks  []redis.Hook
@@ -81,6 +86,9 @@ func (o *Options) setDefaults() {
 	if o.StartupTimeout <= 0 {
 		o.StartupTimeout = 5 * time.Second
 	}
+	if o.ReconnectInterval <= 0 {
+		o.ReconnectInterval = 250 * time.Millisecond
+	}
 }
 
 // Store is a store.Store on Redis.
@@ -95,6 +103,10 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// stopReconnect ends the background reconnection of a store that
+	// started degraded; reconnected is closed when it has ended.
+	stopReconnect context.CancelFunc
+	reconnected   chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -128,9 +140,16 @@ func New(ctx context.Context, cfg *config.RedisStore, opts Options) (*Store, err
 	for _, h := range opts.hooks {
 		c.AddHook(h)
 	}
-	if err := startupPing(ctx, c, opts.StartupTimeout); err != nil {
+	startup := opts.StartupTimeout
+	if !cfg.Required() {
+		startup = uo.ReadTimeout // one try: the store starts degraded instead of waiting
+	}
+	pingErr := startupPing(ctx, c, startup)
+	if pingErr != nil && (cfg.Required() || isAuthError(pingErr)) {
+		// A refused login is a wrong configuration, not an outage: it
+		// stops the sidecar even with requireAtStartup: false.
 		_ = c.Close()
-		return nil, startupError(cfg, err)
+		return nil, startupError(cfg, pingErr)
 	}
 
 	s := &Store{
@@ -142,8 +161,45 @@ func New(ctx context.Context, cfg *config.RedisStore, opts Options) (*Store, err
 		m:       m,
 	}
 	s.br = newBreaker(opts.BreakerThreshold, opts.BreakerMinBackoff, opts.BreakerMaxBackoff, s.breakerChanged)
+	if pingErr != nil {
+		s.startDegraded(cfg, pingErr, opts.ReconnectInterval)
+		return s, nil
+	}
 	log.Info("redis store connected", "topology", string(TopologyOf(cfg)), "addresses", addrList(cfg), "db", cfg.DB, "timeout", s.timeout)
 	return s, nil
+}
+
+// startDegraded serves without stickiness from the start (the breaker held
+// open, tether_store_breaker_open 1) and PINGs Redis in the background
+// until it answers, then closes the breaker: stickiness resumes without a
+// restart. It is what requireAtStartup: false does when Redis is down.
+func (s *Store) startDegraded(cfg *config.RedisStore, cause error, interval time.Duration) {
+	s.br.hold()
+	s.m.open.Set(1)
+	s.log.Warn("redis unreachable at start; serving without stickiness and reconnecting in the background (store.redis.requireAtStartup: false)",
+		"err", startupError(cfg, cause).Error())
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopReconnect, s.reconnected = cancel, make(chan struct{})
+	go func() {
+		defer close(s.reconnected)
+		wait := interval
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			pctx, pcancel := context.WithTimeout(ctx, s.timeout)
+			err := s.c.Ping(pctx).Err()
+			pcancel()
+			if err == nil {
+				s.br.done(success) // closes it: breakerChanged logs and clears the gauge
+				return
+			}
+			s.errLog.warn("redis still unreachable; serving without stickiness", "err", err)
+			wait = min(2*wait, 5*time.Second)
+		}
+	}()
 }
 
 func addrList(cfg *config.RedisStore) string {
@@ -262,9 +318,16 @@ func (s *Store) Peek(ctx context.Context, key string) (store.Binding, bool, erro
 	return b, true, nil
 }
 
-// Close closes the connections. It is safe to call more than once.
+// Close stops a background reconnection and closes the connections. It
+// is safe to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.c.Close() })
+	s.closeOnce.Do(func() {
+		if s.stopReconnect != nil {
+			s.stopReconnect()
+			<-s.reconnected
+		}
+		s.closeErr = s.c.Close()
+	})
 	return s.closeErr
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+
+	"github.com/tetherproxy/tether/sidecar/session"
 )
 
 func TestKeyOf(t *testing.T) {
@@ -25,6 +27,26 @@ func TestKeyOf(t *testing.T) {
 	}
 	if KeyOf(strings.ToUpper(hexKey)) == KeyOf(hexKey) {
 		t.Error("two spellings of a key map to one")
+	}
+}
+
+// TestKeyOfStoreKeys: both kinds of store key the session package makes,
+// the plain SHA-256 and the HMAC with store.keySecretFile, are 32
+// lowercase hex digits that the table decodes (its 16 bytes are the
+// store key's, not a hash of it), so keyed store keys cost nothing more
+// and every replica with the same secret addresses the same entry.
+func TestKeyOfStoreKeys(t *testing.T) {
+	h, err := session.NewKeyHasher([]byte("0123456789abcdef-store-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sk := range []string{session.StoreKey("pool", "user-1"), h.StoreKey("pool", "user-1")} {
+		if got := KeyOf(sk); hex.EncodeToString(got[:]) != sk {
+			t.Fatalf("store key %q hashed again to %x, not decoded", sk, got)
+		}
+	}
+	if KeyOf(session.StoreKey("pool", "user-1")) == KeyOf(h.StoreKey("pool", "user-1")) {
+		t.Fatal("the keyed and the plain store key of one session share a table key")
 	}
 }
 

@@ -120,6 +120,24 @@ func (t *Table[V]) Delete(k Key) (V, bool) {
 // used since the hand last passed it; the marks it passes are cleared. It
 // returns false only on an empty table.
 func (t *Table[V]) Evict(dead func(*V) bool) (Key, V, bool) {
+	return t.EvictSparing(dead, nil)
+}
+
+// maxSpared bounds how many unmarked entries EvictSparing passes over
+// because spare keeps them, so that one eviction stays cheap however many
+// entries are spared.
+const maxSpared = 64
+
+// EvictSparing is Evict that also passes over unmarked entries spare
+// reports (nil: none), such as the sessions a replica serves: it removes
+// the first unmarked entry spare does not keep, or, once it has passed
+// maxSpared spared entries (or a whole turn finds no other), the first
+// spared entry it passed. A dead entry goes whatever spare says.
+func (t *Table[V]) EvictSparing(dead, spare func(*V) bool) (Key, V, bool) {
+	var (
+		spared   int
+		fallback uint32 // slot+1 of the first spared entry passed; 0: none
+	)
 	// Within one turn every mark is cleared, so the second finds an entry.
 	for range 2*t.high + 1 {
 		if t.n == 0 {
@@ -134,17 +152,38 @@ func (t *Table[V]) Evict(dead func(*V) bool) (Key, V, bool) {
 			continue
 		}
 		sl := t.slot(s)
-		if bit(t.ref, s) && (dead == nil || !dead(&sl.val)) {
+		if dead != nil && dead(&sl.val) {
+			return t.evictSlot(s)
+		}
+		if bit(t.ref, s) {
 			clearBit(t.ref, s)
 			continue
 		}
-		k, v := sl.key, sl.val
-		pos, _, _ := t.find(&k, t.tag(&k))
-		t.remove(pos, s)
-		return k, v, true
+		if spare != nil && spare(&sl.val) {
+			if spared == 0 {
+				fallback = s + 1
+			}
+			if spared++; spared < maxSpared {
+				continue
+			}
+			return t.evictSlot(fallback - 1)
+		}
+		return t.evictSlot(s)
+	}
+	if fallback != 0 && bit(t.used, fallback-1) {
+		return t.evictSlot(fallback - 1)
 	}
 	var zero V
 	return Key{}, zero, false
+}
+
+// evictSlot removes the entry in slot s and returns it.
+func (t *Table[V]) evictSlot(s uint32) (Key, V, bool) {
+	sl := t.slot(s)
+	k, v := sl.key, sl.val
+	pos, _, _ := t.find(&k, t.tag(&k))
+	t.remove(pos, s)
+	return k, v, true
 }
 
 // Range calls f for every entry, in slot order, and removes those for

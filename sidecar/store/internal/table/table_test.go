@@ -146,6 +146,57 @@ func TestEvictSecondChance(t *testing.T) {
 	}
 }
 
+// TestEvictSparing: spared entries (sessions a replica serves) outlast a
+// stream of unspared ones however many turns it runs, dead ones go
+// anyway, and with only spared entries left (or more than maxSpared of
+// them in a row) one of them goes.
+func TestEvictSparing(t *testing.T) {
+	spare := func(v *val) bool { return v.b == 1 }
+	dead := func(v *val) bool { return v.a == 1 }
+	const capacity, served = 200, 20
+	var tb Table[val]
+	for i := range served {
+		tb.Put(key(i), val{b: 1}, true)
+	}
+	for i := served; i < 50*capacity; i++ {
+		if tb.Len() >= capacity {
+			if k, v, _ := tb.EvictSparing(dead, spare); spare(&v) {
+				t.Fatalf("evicted spared key %x while %d unspared entries were held", k, tb.Len()-served)
+			}
+		}
+		tb.Put(key(i), val{}, false)
+	}
+	for i := range served {
+		if tb.Get(key(i)) == nil {
+			t.Fatalf("spared key %d evicted", i)
+		}
+	}
+	// A dead entry goes though it is spared and marked.
+	var t1 Table[val]
+	t1.Put(key(1), val{a: 1, b: 1}, true)
+	t1.Put(key(2), val{}, false)
+	if k, _, _ := t1.EvictSparing(dead, spare); k != key(1) {
+		t.Fatalf("evicted %x, want the dead spared key 1", k)
+	}
+	// Only spared entries: one of them goes all the same.
+	var t2 Table[val]
+	t2.Put(key(1), val{b: 1}, true)
+	t2.Put(key(2), val{b: 1}, false)
+	if _, v, ok := t2.EvictSparing(nil, spare); !ok || !spare(&v) || t2.Len() != 1 {
+		t.Fatalf("ok=%v len=%d: a table of spared entries must still evict", ok, t2.Len())
+	}
+	// More than maxSpared unmarked spared entries before an unspared one:
+	// the first spared one goes, so one eviction stays bounded.
+	var t3 Table[val]
+	for i := range maxSpared + 10 {
+		t3.Put(key(i), val{b: 1}, false)
+	}
+	t3.Put(key(1000), val{}, false)
+	if k, _, _ := t3.EvictSparing(nil, spare); k != key(0) {
+		t.Fatalf("evicted %x, want key 0 after passing %d spared entries", k, maxSpared)
+	}
+}
+
 // TestEvictApproximatesLRU: with a bounded table under a stream of new
 // keys and a hot set used between them, the hot set survives once the
 // stream has run a few turns (at the start every entry is marked, and one

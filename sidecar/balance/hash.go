@@ -1,0 +1,108 @@
+package balance
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/tetherproxy/tether/sidecar/discovery"
+)
+
+// Placing a session by its key rather than at random lets replicas agree
+// before the store does: two replicas that see the same new session at
+// once, or every replica while the store is down, propose the same backend
+// given the same key and backend set. The hash is rendezvous (highest
+// random weight): a backend's arrival or departure moves only the sessions
+// it wins or held. Loads bound it (consistent hashing with bounded loads):
+// a backend more than (1+ε) × the mean load, plus one request, above the
+// others is passed over for the next in the key's order, so a hot key set
+// cannot pile onto one backend. Loads differ a little between replicas
+// (each counts its own outstanding requests), which is why one request of
+// slack keeps light loads from splitting their choices.
+
+// DefaultHashEpsilon is ε when a pool does not set it: a backend may carry
+// a quarter more than the mean before new sessions skip it.
+const DefaultHashEpsilon = 0.25
+
+// WithHashPlacement makes Place and PlacePair choose by the session key,
+// bounded by epsilon (see DefaultHashEpsilon).
+func WithHashPlacement(epsilon float64) Option {
+	return func(b *Balancer) { b.hash, b.epsilon = true, epsilon }
+}
+
+// Place chooses a backend for the session whose store key is key: by
+// rendezvous hashing with bounded loads when the balancer hashes and key
+// is set, else as Pick.
+func (b *Balancer) Place(key string, cands []discovery.Backend, usable func(discovery.Backend) bool) (discovery.Backend, bool) {
+	if !b.hash || key == "" {
+		return b.Pick(cands, usable)
+	}
+	kh := fnv64(key)
+	type cand struct {
+		i      int
+		weight uint64
+		load   float64
+	}
+	cs := make([]cand, 0, len(cands))
+	var sum float64
+	for i := range cands {
+		if usable != nil && !usable(cands[i]) {
+			continue
+		}
+		l := b.Load(cands[i].ID)
+		cs = append(cs, cand{i, mix64(kh ^ fnv64(cands[i].ID)), l})
+		sum += l
+	}
+	if len(cs) == 0 {
+		return discovery.Backend{}, false
+	}
+	bound := (1+b.epsilon)*sum/float64(len(cs)) + NearEqual
+	slices.SortFunc(cs, func(x, y cand) int { return cmp.Compare(y.weight, x.weight) })
+	for _, c := range cs {
+		if c.load <= bound {
+			return cands[c.i], true
+		}
+	}
+	// Only a negative epsilon (config refuses one) can put every backend,
+	// the least loaded included, above the bound.
+	return b.Pick(cands, usable)
+}
+
+// PlacePair is PickPair with the decode backend, then the prefill backend
+// of its group, placed by key.
+func (b *Balancer) PlacePair(key string, decode, prefill []discovery.Backend, usable func(discovery.Backend) bool) (d, p discovery.Backend, ok bool) {
+	byGroup := make(map[string][]discovery.Backend)
+	for _, pb := range prefill {
+		if usable == nil || usable(pb) {
+			byGroup[pb.Group] = append(byGroup[pb.Group], pb)
+		}
+	}
+	d, ok = b.Place(key, decode, func(c discovery.Backend) bool {
+		return len(byGroup[c.Group]) > 0 && (usable == nil || usable(c))
+	})
+	if !ok {
+		return d, p, false
+	}
+	p, ok = b.Place(key, byGroup[d.Group], nil)
+	return d, p, ok
+}
+
+// fnv64 is FNV-1a, the same on every replica (no per-process seed).
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// mix64 is the splitmix64 finaliser: FNV's low bits alone are too regular
+// for a fair rendezvous weight.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

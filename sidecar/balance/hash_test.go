@@ -1,0 +1,129 @@
+package balance
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/tetherproxy/tether/sidecar/discovery"
+)
+
+func TestPlaceAgreesAcrossReplicas(t *testing.T) {
+	cands := backends("llm/vllm-0/u0", "llm/vllm-1/u1", "llm/vllm-2/u2", "llm/vllm-3/u3")
+	r1, r2 := New(WithHashPlacement(DefaultHashEpsilon)), New(WithHashPlacement(DefaultHashEpsilon))
+	// Replica 2 has a request of its own in flight: light loads do not
+	// split the replicas' choices.
+	r2.Acquire("llm/vllm-1/u1")
+	count := map[string]int{}
+	const keys = 8000
+	for i := range keys {
+		k := fmt.Sprintf("%032x", i*2654435761)
+		a, ok1 := r1.Place(k, cands, nil)
+		b, ok2 := r2.Place(k, cands, nil)
+		if !ok1 || !ok2 || a.ID != b.ID {
+			t.Fatalf("key %s: replica 1 chose %q, replica 2 %q", k, a.ID, b.ID)
+		}
+		count[a.ID]++
+	}
+	for _, c := range cands {
+		if n := count[c.ID]; n < keys/4*8/10 || n > keys/4*12/10 {
+			t.Errorf("%s got %d of %d keys, want a quarter ±20%%: %v", c.ID, n, keys, count)
+		}
+	}
+}
+
+func TestPlaceMovesOnlyTheSessionsOfALostBackend(t *testing.T) {
+	all := backends("a", "b", "c", "d")
+	b := New(WithHashPlacement(DefaultHashEpsilon))
+	withoutC := func(c discovery.Backend) bool { return c.ID != "c" }
+	moved := 0
+	for i := range 2000 {
+		k := fmt.Sprint("session-", i)
+		before, _ := b.Place(k, all, nil)
+		after, _ := b.Place(k, all, withoutC)
+		if after.ID == "c" {
+			t.Fatalf("%s placed on the unusable backend", k)
+		}
+		if before.ID != "c" && after.ID != before.ID {
+			t.Fatalf("%s moved from %s to %s though %s is still usable", k, before.ID, after.ID, before.ID)
+		}
+		if before.ID == "c" {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no session was on c: the test shows nothing")
+	}
+}
+
+func TestPlaceSkipsABackendAboveTheBound(t *testing.T) {
+	cands := backends("a", "b", "c", "d")
+	b := New(WithHashPlacement(DefaultHashEpsilon))
+	var key string
+	for i := 0; ; i++ { // a key whose first choice is a
+		key = fmt.Sprint("k", i)
+		if got, _ := b.Place(key, cands, nil); got.ID == "a" {
+			break
+		}
+	}
+	// mean load 1.5 over four backends: the bound is 1.25×1.5+1 = 2.875.
+	for range 6 {
+		b.Acquire("a")
+	}
+	got, _ := b.Place(key, cands, nil)
+	if got.ID == "a" {
+		t.Fatal("placed on a backend with 6 outstanding against a mean of 1.5")
+	}
+	again, _ := b.Place(key, cands, nil)
+	if again.ID != got.ID {
+		t.Fatalf("second choice not deterministic: %s then %s", got.ID, again.ID)
+	}
+	// One outstanding request of a replica's own (mean 0.25, bound 1.31)
+	// does not move the key: the slack that keeps replicas agreeing.
+	b2 := New(WithHashPlacement(DefaultHashEpsilon))
+	b2.Acquire("a")
+	if back, _ := b2.Place(key, cands, nil); back.ID != "a" {
+		t.Fatalf("one outstanding request moved the key to %s", back.ID)
+	}
+}
+
+func TestPlaceWithoutHashingOrKeyIsPick(t *testing.T) {
+	cands := backends("a", "b")
+	plain := New()
+	plain.Acquire("a")
+	plain.Acquire("a")
+	for range 50 {
+		if got, _ := plain.Place("some-key", cands, nil); got.ID != "b" {
+			t.Fatalf("a balancer without hashing placed on %s, not the least loaded", got.ID)
+		}
+	}
+	hashing := New(WithHashPlacement(0))
+	if _, ok := hashing.Place("k", cands, func(discovery.Backend) bool { return false }); ok {
+		t.Fatal("placed with no usable backend")
+	}
+}
+
+func TestPlacePairKeepsTheGroup(t *testing.T) {
+	decode := []discovery.Backend{{ID: "d1", Group: "g1"}, {ID: "d2", Group: "g2"}, {ID: "d3", Group: "g3"}}
+	prefill := []discovery.Backend{{ID: "p1", Group: "g1"}, {ID: "p2a", Group: "g2"}, {ID: "p2b", Group: "g2"}}
+	r1, r2 := New(WithHashPlacement(DefaultHashEpsilon)), New(WithHashPlacement(DefaultHashEpsilon))
+	for i := range 300 {
+		k := fmt.Sprint("s", i)
+		d, p, ok := r1.PlacePair(k, decode, prefill, nil)
+		if !ok || d.Group != p.Group || d.ID == "d3" {
+			t.Fatalf("%s: %v %v %v (d3 has no prefill)", k, d, p, ok)
+		}
+		d2, p2, _ := r2.PlacePair(k, decode, prefill, nil)
+		if d2.ID != d.ID || p2.ID != p.ID {
+			t.Fatalf("%s: replicas disagree on the pair", k)
+		}
+	}
+}
+
+func BenchmarkPlace(b *testing.B) {
+	cands := backends("llm/vllm-0/u0", "llm/vllm-1/u1", "llm/vllm-2/u2", "llm/vllm-3/u3", "llm/vllm-4/u4", "llm/vllm-5/u5", "llm/vllm-6/u6", "llm/vllm-7/u7")
+	bal := New(WithHashPlacement(DefaultHashEpsilon))
+	b.ReportAllocs()
+	for b.Loop() {
+		bal.Place("0123456789abcdef0123456789abcdef", cands, nil)
+	}
+}

@@ -1,0 +1,244 @@
+// Package usage reads the token usage an OpenAI-compatible model server
+// reports (usage.prompt_tokens and usage.prompt_tokens_details.cached_tokens)
+// from the response bytes as the proxy forwards them: the JSON body of a
+// completion, or the usage chunk of a server-sent event stream. It is how
+// the sidecar measures each session's prefix-cache reuse on the backend it
+// chose.
+//
+// The scanner never holds the response: it walks each byte once through a
+// small JSON state machine and keeps only the bytes of a top-level "usage"
+// object (at most maxUsageBytes), so its memory is bounded whatever the
+// backend sends, and malformed input only means no usage is found.
+package usage
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// maxUsageBytes bounds the "usage" object kept for parsing. vLLM's and
+// SGLang's are under 300 bytes; a larger one is not a usage report we
+// understand and is ignored.
+const maxUsageBytes = 2048
+
+// maxKeyBytes bounds the top-level key being read; only "usage" matters.
+const maxKeyBytes = 8
+
+// Usage is what a response reported. Cached is meaningful only when
+// HasCached: servers report cached tokens only when asked to (vLLM
+// --enable-prompt-tokens-details, SGLang --enable-cache-report).
+type Usage struct {
+	PromptTokens int64
+	CachedTokens int64
+	HasCached    bool
+}
+
+// Scanner finds the last top-level "usage" object in a JSON document, or in
+// the data lines of an SSE stream (each line one document). The zero
+// Scanner scans a plain JSON body; Reset chooses the mode.
+type Scanner struct {
+	stream bool
+
+	// SSE line state.
+	lineStart bool // at the first byte of a line
+	prefix    int  // bytes of "data:" matched at the start of this line
+	inData    bool // this line is a data line: its bytes are JSON
+
+	// JSON state.
+	depth     int
+	object    bool // the document is an object (its top-level strings alternate key, value)
+	inString  bool
+	escaped   bool
+	isKey     bool // the string being read is a key of the top-level object
+	expectKey bool // at depth 1, the next string is a key
+	key       [maxKeyBytes]byte
+	keyLen    int  // -1: longer than maxKeyBytes or escaped, not "usage"
+	wantValue bool // the last top-level key was "usage"; its value comes next
+	capturing bool
+	capDepth  int
+	buf       []byte
+
+	found bool
+	last  Usage
+}
+
+// Reset prepares the scanner for a new response; stream says whether it
+// is an SSE stream (Content-Type text/event-stream).
+func (s *Scanner) Reset(stream bool) {
+	buf := s.buf[:0]
+	*s = Scanner{stream: stream, lineStart: true, buf: buf}
+}
+
+// Usage returns the last usage object the response carried that held
+// prompt_tokens.
+func (s *Scanner) Usage() (Usage, bool) { return s.last, s.found }
+
+var dataPrefix = []byte("data:")
+
+// Write scans p. It never fails and never keeps p.
+func (s *Scanner) Write(p []byte) {
+	if !s.stream {
+		s.scanJSON(p)
+		return
+	}
+	for len(p) > 0 {
+		if s.inData {
+			// A JSON string cannot hold a raw newline, so a data line ends
+			// at the first one.
+			i := bytes.IndexByte(p, '\n')
+			if i < 0 {
+				s.scanJSON(p)
+				return
+			}
+			s.scanJSON(p[:i])
+			s.endLine()
+			p = p[i+1:]
+			continue
+		}
+		c := p[0]
+		p = p[1:]
+		switch {
+		case c == '\n':
+			s.endLine()
+		case s.lineStart || s.prefix > 0:
+			if s.prefix < len(dataPrefix) && c == dataPrefix[s.prefix] {
+				s.prefix++
+				s.lineStart = false
+				if s.prefix == len(dataPrefix) {
+					s.inData = true
+					s.resetJSON()
+				}
+				continue
+			}
+			s.prefix, s.lineStart = 0, false
+		}
+	}
+}
+
+func (s *Scanner) endLine() {
+	s.inData, s.prefix, s.lineStart = false, 0, true
+}
+
+func (s *Scanner) resetJSON() {
+	s.depth, s.object, s.inString, s.escaped, s.isKey, s.expectKey = 0, false, false, false, false, false
+	s.wantValue, s.capturing, s.keyLen = false, false, 0
+	s.buf = s.buf[:0]
+}
+
+// scanJSON advances the JSON state machine over p. It tracks only what
+// finding a top-level "usage" object needs: nesting depth, strings (so
+// brackets inside them do not count), and which strings are top-level keys.
+func (s *Scanner) scanJSON(p []byte) {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if s.capturing {
+			s.capture(c)
+		}
+		if s.inString {
+			if !s.escaped && !s.isKey && !s.capturing {
+				// The body of a string value (most of a completion's
+				// bytes): jump to its next quote or backslash.
+				j := bytes.IndexAny(p[i:], `"\\`)
+				if j < 0 {
+					return
+				}
+				i += j
+				c = p[i]
+			}
+			switch {
+			case s.escaped:
+				s.escaped = false
+				s.keyLen = -1 // an escaped key is never the plain "usage"
+			case c == '\\':
+				s.escaped = true
+			case c == '"':
+				s.inString = false
+				if s.isKey {
+					s.isKey = false
+					s.wantValue = s.keyLen == len("usage") && string(s.key[:s.keyLen]) == "usage"
+				}
+			case s.isKey && s.keyLen >= 0:
+				if s.keyLen < maxKeyBytes {
+					s.key[s.keyLen] = c
+					s.keyLen++
+				} else {
+					s.keyLen = -1
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			s.inString = true
+			if s.depth == 1 && s.expectKey {
+				s.isKey, s.expectKey, s.keyLen = true, false, 0
+			} else if s.depth == 1 {
+				s.wantValue = false // a string value
+			}
+		case '{', '[':
+			if s.depth == 1 && s.wantValue && c == '{' && !s.capturing {
+				s.capturing, s.capDepth = true, s.depth
+				s.buf = append(s.buf[:0], c)
+			}
+			s.depth++
+			if s.depth == 1 {
+				s.object = c == '{'
+				s.expectKey = s.object
+			}
+		case '}', ']':
+			s.depth--
+			if s.capturing && s.depth == s.capDepth {
+				s.capturing = false
+				s.parse()
+			}
+			if s.depth == 1 {
+				s.wantValue = false
+			}
+		case ',':
+			if s.depth == 1 {
+				s.expectKey, s.wantValue = s.object, false
+			}
+		case ':', ' ', '\t', '\r', '\n':
+		default:
+			// A scalar value: a top-level "usage" that is not an object
+			// is not a report.
+			if s.depth == 1 {
+				s.wantValue = false
+			}
+		}
+	}
+}
+
+// capture keeps the byte of the usage object being read, or gives up on
+// an object larger than maxUsageBytes.
+func (s *Scanner) capture(c byte) {
+	if len(s.buf) >= maxUsageBytes {
+		s.capturing = false
+		s.buf = s.buf[:0]
+		return
+	}
+	s.buf = append(s.buf, c)
+}
+
+// report is the part of a usage object tether reads. Pointers tell an
+// absent field from a zero.
+type report struct {
+	PromptTokens        *int64 `json:"prompt_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens *int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func (s *Scanner) parse() {
+	var r report
+	err := json.Unmarshal(s.buf, &r)
+	s.buf = s.buf[:0]
+	if err != nil || r.PromptTokens == nil || *r.PromptTokens < 0 {
+		return
+	}
+	u := Usage{PromptTokens: *r.PromptTokens}
+	if d := r.PromptTokensDetails; d != nil && d.CachedTokens != nil && *d.CachedTokens >= 0 {
+		u.CachedTokens, u.HasCached = min(*d.CachedTokens, u.PromptTokens), true
+	}
+	s.last, s.found = u, true
+}
