@@ -35,7 +35,7 @@ HELM_VERSION ?= v3.22.0
 HELM         := $(TOOLS)/helm-$(HELM_VERSION)/helm
 export TETHER_HELM := $(HELM)
 
-.PHONY: all build images push push-registry version run test unit e2e fmt vet deps deps-redis deps-bench helm kube-tools chaos soak bench bench-quick bench-hop bench-go bench-affinity fuzz clean
+.PHONY: all build images push push-registry version run test unit e2e fmt vet deps deps-redis deps-prometheus deps-bench dashboard-png helm kube-tools chaos soak bench bench-quick bench-hop bench-go bench-affinity fuzz clean
 
 all: build
 
@@ -72,7 +72,7 @@ version:
 run: build
 	@bash e2e/tools/run-local.sh $(BIN)
 
-deps: deps-redis helm
+deps: deps-redis deps-prometheus helm
 
 # redis-server for the Redis store's integration tests.
 deps-redis:
@@ -80,6 +80,21 @@ deps-redis:
 	  echo "installing redis-server with apt-get"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) || \
 	  { echo "error: could not install redis-server (apt-get); the Redis store tests need it" >&2; exit 1; }; }
+
+# prometheus and promtool: e2e/observe checks the dashboard and the alerts
+# against a real Prometheus.
+deps-prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  echo "installing prometheus with apt-get"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) || \
+	  { echo "error: could not install prometheus (apt-get); the dashboard and alert tests need it" >&2; exit 1; }; }
+
+# The dashboard's main panels as PNG (docs/dashboard/), from a real
+# Prometheus scraping sidecars, modelsim backends and an injector under
+# load for DASHBOARD_LOAD (~1.5 min); the README shows them.
+DASHBOARD_LOAD ?= 75s
+dashboard-png: deps-redis deps-prometheus
+	$(GO) test -count=1 -timeout 10m -run '^TestAgainstPrometheus$$' ./e2e/observe -args -png $(CURDIR)/docs/dashboard -load $(DASHBOARD_LOAD)
 
 # The side-by-side benchmarks run real HAProxy and nginx (and redis-server).
 deps-bench: deps-redis

@@ -181,7 +181,9 @@ func decode(t *testing.T, out string) *objects {
 			v := &corev1.Pod{}
 			strict(v)
 			o.pods[name] = v
-		case "Issuer", "Certificate", "PodMonitor", "ServiceMonitor":
+		case "ConfigMap":
+			strict(&corev1.ConfigMap{})
+		case "Issuer", "Certificate", "PodMonitor", "ServiceMonitor", "PrometheusRule":
 		default:
 			t.Fatalf("unexpected kind %q", tm.Kind)
 		}
@@ -435,12 +437,12 @@ func TestVariants(t *testing.T) {
 	t.Run("sidecar and webhook settings reach the injector", func(t *testing.T) {
 		o := decode(t, render(t, "webhook.failurePolicy=Ignore", "sidecar.nativeSidecar=false", "sidecar.store=redis",
 			"sidecar.redis.address=redis.tether-system.svc:6379", "sidecar.redis.passwordSecret=redis-auth",
-			"sidecar.redis.username=tether", "sidecar.redis.tls=true", "sidecar.preStopSleep=40s",
+			"sidecar.redis.username=tether", "sidecar.redis.tls=true", "sidecar.redis.caSecret=redis-ca", "sidecar.preStopSleep=40s",
 			"sidecar.gossip.keySecret=gossip-key", "webhook.excludedNamespaces={monitoring}", "injector.podAntiAffinity=hard",
 			"sidecar.resources.limits.cpu=1"))
 		cfg := checkArgs(t, injectorArgs(t, o))
 		if cfg.NativeSidecar || cfg.DefaultStore != "redis" || cfg.RedisAddress != "redis.tether-system.svc:6379" ||
-			cfg.RedisPasswordSecret != "redis-auth" || cfg.RedisUsername != "tether" || !cfg.RedisTLS ||
+			cfg.RedisPasswordSecret != "redis-auth" || cfg.RedisUsername != "tether" || !cfg.RedisTLS || cfg.RedisCASecret != "redis-ca" ||
 			cfg.PreStopSleep != 40*time.Second || cfg.GossipKeySecret != "gossip-key" || cfg.SidecarCPULimit != "1" ||
 			!slices.Contains(cfg.ExcludedNamespaces, "monitoring") {
 			t.Errorf("injector configuration: %+v", cfg)
@@ -762,5 +764,52 @@ func TestHelmTest(t *testing.T) {
 	}
 	if skipped := decode(t, renderArgs(t, []string{"--skip-tests"})); len(skipped.pods) != 0 || skipped.clusterRoles["tether-test"] != nil {
 		t.Error("--skip-tests renders test objects")
+	}
+}
+
+// TestDashboardAndAlerts: neither by default; when enabled, the
+// PrometheusRule carries alerts/tether.rules.yaml and the ConfigMap
+// dashboards/tether.json unchanged (the files e2e/observe checks against
+// a real Prometheus), the ConfigMap labelled for Grafana's sidecar.
+func TestDashboardAndAlerts(t *testing.T) {
+	for k := range decode(t, render(t)).other {
+		if strings.HasPrefix(k, "PrometheusRule/") || strings.HasPrefix(k, "ConfigMap/") {
+			t.Errorf("%s rendered by default", k)
+		}
+	}
+	o := decode(t, render(t, "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=kps",
+		"monitoring.grafanaDashboard.enabled=true", "monitoring.grafanaDashboard.namespace=monitoring",
+		"monitoring.grafanaDashboard.annotations.grafana_folder=tether"))
+	pr := o.other["PrometheusRule/tether-alerts"]
+	if pr == nil || pr["apiVersion"] != "monitoring.coreos.com/v1" || pr["metadata"].(map[string]any)["labels"].(map[string]any)["release"] != "kps" {
+		t.Fatalf("PrometheusRule: %v", pr)
+	}
+	rulesYAML, err := os.ReadFile(filepath.Join("alerts", "tether.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules map[string]any
+	if err := yaml.Unmarshal(rulesYAML, &rules); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pr["spec"], rules) {
+		t.Errorf("PrometheusRule spec differs from alerts/tether.rules.yaml:\n%v\n%v", pr["spec"], rules)
+	}
+
+	cm := o.other["ConfigMap/tether-dashboard"]
+	if cm == nil {
+		t.Fatal("no dashboard ConfigMap")
+	}
+	meta := cm["metadata"].(map[string]any)
+	if meta["namespace"] != "monitoring" || meta["labels"].(map[string]any)["grafana_dashboard"] != "1" ||
+		meta["annotations"].(map[string]any)["grafana_folder"] != "tether" {
+		t.Errorf("dashboard ConfigMap metadata %v", meta)
+	}
+	dashboard, err := os.ReadFile(filepath.Join("dashboards", "tether.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cm["data"].(map[string]any)["tether.json"]; got != strings.TrimRight(string(dashboard), "\n") {
+		t.Errorf("the ConfigMap's tether.json differs from dashboards/tether.json")
 	}
 }

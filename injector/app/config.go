@@ -73,6 +73,7 @@ type Config struct {
 	RedisPasswordSecret string
 	RedisUsername       string
 	RedisTLS            bool
+	RedisCASecret       string
 	GossipKeySecret     string
 	ExcludedNamespaces  stringList
 	PrometheusScrape    bool
@@ -127,6 +128,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, podNamespace string) {
 	fs.StringVar(&c.RedisPasswordSecret, "redis-password-secret", "", "Secret (key \"password\") mounted into redis-store pods without tether.dev/redis-password-secret")
 	fs.StringVar(&c.RedisUsername, "redis-username", "", "Redis ACL user of redis-store pods without tether.dev/redis-username")
 	fs.BoolVar(&c.RedisTLS, "redis-tls", false, "TLS to Redis for redis-store pods without tether.dev/redis-tls")
+	fs.StringVar(&c.RedisCASecret, "redis-ca-secret", "", "Secret (key \"ca.crt\") whose CA verifies Redis's certificate, mounted into redis-store pods with TLS on and without tether.dev/redis-ca-secret (empty: the system roots)")
 	fs.StringVar(&c.GossipKeySecret, "gossip-key-secret", "tether-gossip-key", "Secret (key \"key\") mounted into gossip-store pods without tether.dev/gossip-key-secret (empty: every gossip pod must name one)")
 	fs.Var(&c.ExcludedNamespaces, "exclude-namespace", "namespace never injected, besides kube-system and --namespace (repeatable)")
 	fs.BoolVar(&c.PrometheusScrape, "sidecar-prometheus-scrape", false, "add prometheus.io/scrape, port and path for the sidecar's admin port to pods without tether.dev/prometheus-scrape")
@@ -146,6 +148,7 @@ func (c *Config) injectOptions() (inject.Options, error) {
 		RedisPasswordSecret: c.RedisPasswordSecret,
 		RedisUsername:       c.RedisUsername,
 		RedisTLS:            c.RedisTLS,
+		RedisCASecret:       c.RedisCASecret,
 		GossipKeySecret:     c.GossipKeySecret,
 		ExcludedNamespaces:  append([]string{"kube-system", c.Namespace}, c.ExcludedNamespaces...),
 		PrometheusScrape:    c.PrometheusScrape,

@@ -16,7 +16,7 @@ var SidecarFlags = []string{
 	"sidecar-image", "sidecar-image-pull-policy",
 	"sidecar-cpu-request", "sidecar-memory-request", "sidecar-cpu-limit", "sidecar-memory-limit",
 	"native-sidecar", "prestop-sleep", "default-store",
-	"redis-address", "redis-password-secret", "redis-username", "redis-tls",
+	"redis-address", "redis-password-secret", "redis-username", "redis-tls", "redis-ca-secret",
 	"gossip-key-secret", "exclude-namespace", "sidecar-prometheus-scrape",
 }
 

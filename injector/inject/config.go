@@ -194,10 +194,14 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 		if a.RedisTLS != nil {
 			r.TLS = *a.RedisTLS
 		}
+		if pl.redisCASecret != "" && a.RedisTLS != nil && !*a.RedisTLS {
+			p.add(AnnotationRedisCASecret, "needs TLS to Redis, but %s is \"false\"", AnnotationRedisTLS)
+		}
+		if pl.redisCASecret == "" && r.TLS {
+			// The chart's CA serves pods that have TLS on.
+			pl.redisCASecret = inj.opts.RedisCASecret
+		}
 		if pl.redisCASecret != "" {
-			if a.RedisTLS != nil && !*a.RedisTLS {
-				p.add(AnnotationRedisCASecret, "needs TLS to Redis, but %s is \"false\"", AnnotationRedisTLS)
-			}
 			r.TLS, r.CAFile = true, RedisCADir+"/"+RedisCAKey
 		}
 		r.RequireAtStartup = a.RedisRequireAtStartup

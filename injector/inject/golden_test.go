@@ -133,7 +133,11 @@ func goldenCases() []goldenCase {
 		{name: "redis-tls-off-by-annotation", input: "router", set: map[string]string{inject.AnnotationRedisTLS: "false"},
 			opts: func(o *inject.Options) {
 				o.Store, o.RedisAddress, o.RedisTLS = "redis", "redis.tether-system.svc:6379", true
+				o.RedisCASecret = "chart-redis-ca" // not mounted: this pod has TLS off
 			}},
+		{name: "redis-chart-ca", input: "router", opts: func(o *inject.Options) {
+			o.Store, o.RedisAddress, o.RedisTLS, o.RedisCASecret = "redis", "redis.tether-system.svc:6379", true, "chart-redis-ca"
+		}},
 		{name: "jwt-claim", input: "router", set: map[string]string{
 			inject.AnnotationSources:       "JWTClaim:sub,Header:X-Session-ID",
 			inject.AnnotationJWTSecret:     "router-jwt",

@@ -47,6 +47,10 @@ type Options struct {
 	// without tether.dev/redis-username and tether.dev/redis-tls.
 	RedisUsername string
 	RedisTLS      bool
+	// RedisCASecret names a Secret (key "ca.crt") whose CA verifies Redis's
+	// certificate for redis-store pods with TLS on and without
+	// tether.dev/redis-ca-secret.
+	RedisCASecret string
 	// ExcludedNamespaces are never injected (kube-system, the injector's own).
 	ExcludedNamespaces []string
 	// PrometheusScrape adds prometheus.io/scrape, port and path for the
@@ -91,7 +95,7 @@ func New(o Options) (*Injector, error) {
 		return nil, fmt.Errorf("inject: the sidecar memory limit %s is below %s, the least the sidecar runs in", &l,
 			resource.NewQuantity(config.MinMemoryLimitBytes, resource.BinarySI))
 	}
-	for _, s := range []string{o.RedisPasswordSecret, o.GossipKeySecret} {
+	for _, s := range []string{o.RedisPasswordSecret, o.GossipKeySecret, o.RedisCASecret} {
 		if s != "" && len(validation.IsDNS1123Subdomain(s)) > 0 {
 			return nil, fmt.Errorf("inject: %q is not a valid Secret name", s)
 		}

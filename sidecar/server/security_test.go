@@ -290,7 +290,7 @@ func TestBodyReadTimeout(t *testing.T) {
 	var hits atomic.Int64
 	backend := echoBackend(t, &hits)
 	sc := startSidecar(t, configFor("default/m", []string{strings.TrimPrefix(backend.URL, "http://")},
-		`[{type: Header, name: X-Session-ID}]`, "proxy: {bodyReadTimeout: 300ms}"))
+		`[{type: Header, name: X-Session-ID}]`, "proxy: {bodyReadTimeout: 1s}"))
 	addr := sc.srv.PoolAddr("default/m")
 
 	stalled := rawRequest(t, addr, 100, `{"a":`)
@@ -301,10 +301,12 @@ func TestBodyReadTimeout(t *testing.T) {
 		t.Fatal("a stalled request reached the backend")
 	}
 
-	body := `{"prompt":"trickled"}`
+	body := `{"prompt":"trickled slowly, byte by byte"}`
 	slow := rawRequest(t, addr, len(body), "")
 	for i := range len(body) {
-		time.Sleep(50 * time.Millisecond) // 1 s in all, never 300 ms apart
+		// 2.1 s in all, never 1 s apart: 950 ms of slack for a stalled
+		// CI machine.
+		time.Sleep(50 * time.Millisecond)
 		if _, err := slow.Write([]byte{body[i]}); err != nil {
 			t.Fatal(err)
 		}

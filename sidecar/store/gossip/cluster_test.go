@@ -207,12 +207,18 @@ func TestPartitionHeals(t *testing.T) {
 	})
 }
 
+// waitSynced waits until every node is synced and has announced it in its
+// memberlist metadata (what a joining peer decides to pull from): the flag
+// flips a moment before the announcement.
 func waitSynced(t *testing.T, nodes []*Store) {
 	t.Helper()
 	testkit.Eventually(t, 10*time.Second, "every node synced", func() error {
 		for _, s := range nodes {
 			if !s.Synced() {
 				return fmt.Errorf("%s not synced", s.name)
+			}
+			if !peerSynced(s.ml.Load().LocalNode()) {
+				return fmt.Errorf("%s synced, not announced yet", s.name)
 			}
 		}
 		return nil

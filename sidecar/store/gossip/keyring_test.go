@@ -90,7 +90,9 @@ func TestKeyRotation(t *testing.T) {
 	if stale.Members() != 1 || stale.Len() != 0 {
 		t.Fatalf("a replica with only the retired key joined: %d members, %d bindings", stale.Members(), stale.Len())
 	}
-	waitMembers(t, nodes, 3, time.Second)
+	// The ring is intact (on a loaded machine a member may be suspected
+	// for a moment and rejoin: allow for that, not for a split).
+	waitMembers(t, nodes, 3, 10*time.Second)
 }
 
 // A ring without a key must be asked for by name; it then says so in its

@@ -159,7 +159,21 @@ func startupError(cfg *config.RedisStore, err error) error {
 	if addr == "" {
 		addr = strings.Join(cfg.Addresses, ",")
 	}
+	if isCertError(err) {
+		roots := "the system roots"
+		if cfg.CAFile != "" {
+			roots = "store.redis.caFile " + cfg.CAFile
+		}
+		return fmt.Errorf("store.redis: the TLS certificate of %s is not verified by %s: %w", addr, roots, err)
+	}
 	return fmt.Errorf("store.redis: cannot reach %s: %w", addr, netCause{err})
+}
+
+// isCertError reports a TLS certificate that did not verify: a wrong CA or
+// server name, which no retry fixes.
+func isCertError(err error) bool {
+	var ve *tls.CertificateVerificationError
+	return errors.As(err, &ve)
 }
 
 func isAuthError(err error) bool {
@@ -202,7 +216,8 @@ func (c netCause) Error() string {
 
 // startupPing checks that Redis answers and accepts the credentials.
 // Network errors are retried until startupTimeout (Redis may be starting
-// next to us); a refused login is final at once.
+// next to us); a refused login or an unverified
+// certificate is final at once.
 func startupPing(ctx context.Context, c redis.UniversalClient, startupTimeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
@@ -210,7 +225,7 @@ func startupPing(ctx context.Context, c redis.UniversalClient, startupTimeout ti
 	for {
 		// Each try is bounded by the client's per-operation timeouts.
 		err = c.Ping(ctx).Err()
-		if err == nil || isAuthError(err) {
+		if err == nil || isAuthError(err) || isCertError(err) {
 			return err
 		}
 		var re redis.Error

@@ -145,9 +145,10 @@ func New(ctx context.Context, cfg *config.RedisStore, opts Options) (*Store, err
 		startup = uo.ReadTimeout // one try: the store starts degraded instead of waiting
 	}
 	pingErr := startupPing(ctx, c, startup)
-	if pingErr != nil && (cfg.Required() || isAuthError(pingErr)) {
-		// A refused login is a wrong configuration, not an outage: it
-		// stops the sidecar even with requireAtStartup: false.
+	if pingErr != nil && (cfg.Required() || isAuthError(pingErr) || isCertError(pingErr)) {
+		// A refused login or an unverified certificate is a wrong
+		// configuration, not an outage: it stops the sidecar even with
+		// requireAtStartup: false.
 		_ = c.Close()
 		return nil, startupError(cfg, pingErr)
 	}
