@@ -48,6 +48,9 @@ const (
 	// Names the default release renders (charts/tether/templates/_helpers.tpl).
 	injectorName = "tether-injector"
 	sidecarRole  = "tether-sidecar"
+	// modelServerRole is the chart's ClusterRole (and RoleBinding name)
+	// for reading ModelServers.
+	modelServerRole = "tether-sidecar-modelservers"
 )
 
 // helmBinary is $TETHER_HELM (exported by the Makefile); the test fails,
@@ -205,16 +208,23 @@ func startInjector(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstru
 // accounts sas of ns, or is gone (!present).
 func waitRoleBinding(t *testing.T, c *cluster.Cluster, ns string, present bool, sas ...string) {
 	t.Helper()
+	waitNamedRoleBinding(t, c, ns, rbac.DefaultBindingName, sidecarRole, present, sas...)
+}
+
+// waitNamedRoleBinding waits until RoleBinding name in ns binds role to
+// exactly the service accounts sas (present), or is gone (!present).
+func waitNamedRoleBinding(t *testing.T, c *cluster.Cluster, ns, name, role string, present bool, sas ...string) {
+	t.Helper()
 	var want []rbacv1.Subject
 	for _, sa := range sas {
 		want = append(want, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns})
 	}
-	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v for %v", rbac.DefaultBindingName, ns, present, sas), func() error {
-		rb, err := c.Client().RbacV1().RoleBindings(ns).Get(context.Background(), rbac.DefaultBindingName, metav1.GetOptions{})
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("RoleBinding %s in %s present=%v for %v", name, ns, present, sas), func() error {
+		rb, err := c.Client().RbacV1().RoleBindings(ns).Get(context.Background(), name, metav1.GetOptions{})
 		switch {
 		case present && err != nil:
 			return err
-		case present && (rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != sidecarRole):
+		case present && (rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != role):
 			return fmt.Errorf("roleRef %+v", rb.RoleRef)
 		case present && !reflect.DeepEqual(rb.Subjects, want):
 			return fmt.Errorf("subjects %+v, want %+v", rb.Subjects, want)
@@ -225,6 +235,31 @@ func waitRoleBinding(t *testing.T, c *cluster.Cluster, ns string, present bool, 
 		}
 		return nil
 	})
+}
+
+// checkModelServerReaders asserts, against the API server's authorizer,
+// that the service account reader of ns may get, list and watch
+// modelservers there and that the accounts of others may not.
+func checkModelServerReaders(t *testing.T, c *cluster.Cluster, ns, reader string, others ...string) {
+	t.Helper()
+	for _, sa := range append([]string{reader}, others...) {
+		for _, verb := range []string{"get", "list", "watch"} {
+			sar, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{
+					User:   "system:serviceaccount:" + ns + ":" + sa,
+					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb,
+						Group: cluster.ModelServerGVR.Group, Resource: cluster.ModelServerGVR.Resource},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := sa == reader; sar.Status.Allowed != want {
+				t.Fatalf("%s modelservers as %s/%s: allowed %v, want %v", verb, ns, sa, sar.Status.Allowed, want)
+			}
+		}
+	}
 }
 
 // checkPodReaders asserts, against the API server's own authorizer, that
@@ -301,19 +336,29 @@ func TestScenario10Chart(t *testing.T) {
 	if _, err := c.CreatePod(ctx, cluster.PodSpec{Namespace: "s10-app", Name: "model-0", Labels: map[string]string{"app": "ds"}, Port: 8000}); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []struct{ name, sa string }{{"router-0", "router"}, {"canary-0", "router-canary"}} {
+	// ms-router-0's sidecar follows a Kthena ModelServer: only its account
+	// may also read modelservers.
+	for _, r := range []struct{ name, sa, modelServer string }{{"router-0", "router", ""}, {"canary-0", "router-canary", ""}, {"ms-router-0", "router-ms", "ds"}} {
+		var ann map[string]string
+		if r.modelServer != "" {
+			ann = map[string]string{rbac.ModelServerAnnotation: r.modelServer}
+		}
 		if _, err := c.Client().CoreV1().Pods("s10-app").Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: r.name, Labels: map[string]string{"app": "router", rbac.InjectedLabel: rbac.InjectedLabelValue}},
+			ObjectMeta: metav1.ObjectMeta{Name: r.name, Annotations: ann, Labels: map[string]string{"app": "router", rbac.InjectedLabel: rbac.InjectedLabelValue}},
 			Spec:       corev1.PodSpec{ServiceAccountName: r.sa, Containers: []corev1.Container{{Name: "router", Image: "example.com/router:1.0"}}},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	setNamespaceLabel(t, c, "s10-app", rbac.NamespaceLabelValue)
-	waitRoleBinding(t, c, "s10-app", true, "router", "router-canary")
+	waitRoleBinding(t, c, "s10-app", true, "router", "router-canary", "router-ms")
+	waitNamedRoleBinding(t, c, "s10-app", rbac.DefaultModelServerBindingName, modelServerRole, true, "router-ms")
 	if _, err := c.Client().RbacV1().RoleBindings("s10-other").Get(ctx, rbac.DefaultBindingName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("unlabelled namespace got a sidecar RoleBinding (err %v)", err)
 	}
+	// The API server's authorizer: modelservers are readable by the
+	// account of the pod that names a ModelServer, and by no other.
+	checkModelServerReaders(t, c, "s10-app", "router-ms", "router", "router-canary")
 
 	sa, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, "s10-app", "router"))
 	if err != nil {
@@ -333,8 +378,8 @@ func TestScenario10Chart(t *testing.T) {
 	}
 	pods, err := sa.CoreV1().Pods("s10-app").List(ctx, metav1.ListOptions{})
 	allowed("list pods", err)
-	if len(pods.Items) != 3 {
-		t.Fatalf("listed %d pods, want 3", len(pods.Items))
+	if len(pods.Items) != 4 {
+		t.Fatalf("listed %d pods, want 4", len(pods.Items))
 	}
 	_, err = sa.CoreV1().Pods("s10-app").Get(ctx, "model-0", metav1.GetOptions{})
 	allowed("get pod", err)
@@ -372,8 +417,16 @@ func TestScenario10Chart(t *testing.T) {
 	if err := c.Client().CoreV1().Pods("s10-app").Delete(ctx, "canary-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRoleBinding(t, c, "s10-app", true, "router")
+	waitRoleBinding(t, c, "s10-app", true, "router", "router-ms")
 	checkPodReaders(t, c, "s10-app", "router", "router-canary")
+	// The ModelServer pod goes: its account loses the modelservers grant
+	// (the binding goes with its last subject), not the pod reads of
+	// router.
+	if err := c.Client().CoreV1().Pods("s10-app").Delete(ctx, "ms-router-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNamedRoleBinding(t, c, "s10-app", rbac.DefaultModelServerBindingName, modelServerRole, false)
+	waitRoleBinding(t, c, "s10-app", true, "router")
 	setNamespaceLabel(t, c, "s10-app", "")
 	waitRoleBinding(t, c, "s10-app", false)
 	testkit.Eventually(t, 10*time.Second, "list pods to be forbidden after unlabelling", func() error {

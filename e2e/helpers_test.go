@@ -178,10 +178,11 @@ func (r *router) waitSelectable(role string, n int) {
 
 // binding is the sidecar's /debug/bindings view of a session.
 type binding struct {
-	Backend    string `json:"backend"`
-	Prefill    string `json:"prefill"`
-	Generation uint64 `json:"generation"`
-	KeyHash    string `json:"keyHash"`
+	Backend    string    `json:"backend"`
+	Prefill    string    `json:"prefill"`
+	Generation uint64    `json:"generation"`
+	KeyHash    string    `json:"keyHash"`
+	ExpiresAt  time.Time `json:"expiresAt"`
 }
 
 // binding returns the session's binding; ok is false when there is none.

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tetherproxy/tether/e2e/cluster"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Scenarios 3, 4, 5 and 7: backends that come and go under one sidecar
@@ -78,8 +79,10 @@ func checkStay(t *testing.T, r *router, want map[string]string, why string) {
 
 // TestScenario3NotReady: the bound pod goes NotReady → the next turn of its
 // sessions lands elsewhere with no failed request and stays there; the
-// other sessions do not move; when the pod is Ready again, sessions do not
-// move back and an idle session's old binding is not resurrected.
+// other sessions do not move; when the pod is Ready again (its containers
+// ran all along: a readiness blip), sessions that moved do not move back,
+// and an idle session that had no turn in between keeps its pin: the
+// server still holds its cache, as Kthena keeps such pins.
 func TestScenario3NotReady(t *testing.T) {
 	e, r := threePods(t, "s3")
 	home := bindSessions(t, r, "s3", 9)
@@ -113,21 +116,80 @@ func TestScenario3NotReady(t *testing.T) {
 	checkStay(t, r, after, "after the rebind")
 
 	// The Ready condition's lastTransitionTime has one-second precision:
-	// let the idle session's binding be older than the pod's next ready
-	// period, as it is in any real flap.
+	// let the idle session's binding be clearly older than the pod's next
+	// ready period, as it is in any real blip, so that dating a pod's run
+	// from its Ready transition would drop the pin.
 	time.Sleep(1100 * time.Millisecond)
-	if _, err := e.c.MakeReady(e.ctx(), e.pods[victim], e.pods[victim].Status.PodIP); err != nil {
+	pod, err := e.c.MakeReady(e.ctx(), e.pods[victim], e.pods[victim].Status.PodIP)
+	if err != nil {
 		t.Fatal(err)
 	}
+	e.pods[victim] = pod
 	r.waitSelectable("backend", 3)
 	checkStay(t, r, after, "after the pod came back")
 
+	if got := r.turn(idle); got != victim {
+		t.Fatalf("idle session went to %s after %s's readiness blip, want it kept there", got, victim)
+	}
+	if a := r.lastAccess(idle); a.Decision != "hit" {
+		t.Fatalf("idle session after a readiness blip: decision %q, want hit", a.Decision)
+	}
+	if b, _ := r.binding(idle); b.Generation != idleBinding.Generation || b.Backend != idleBinding.Backend {
+		t.Fatalf("idle session's binding changed over a readiness blip: before %+v, now %+v", idleBinding, b)
+	}
+}
+
+// TestScenario3Restarted: the bound pod's serving container restarts in
+// place (same pod and UID, restartCount up, a new startedAt), which means
+// a cold cache → the sessions bound before the restart are rebound on
+// their next turn; a binding made after it is kept.
+func TestScenario3Restarted(t *testing.T) {
+	e, r := threePods(t, "s3r")
+	home := bindSessions(t, r, "s3r", 9)
+	victim := home["s3r-0"]
+	probe := sessionOn(t, r, home, "s3r-probe", victim)
+	idle := sessionOn(t, r, home, "s3r-idle", victim)
+	for idle == probe {
+		delete(home, idle)
+		idle = sessionOn(t, r, home, "s3r-idle2", victim)
+	}
+	idleBinding, _ := r.binding(idle)
+
+	// startedAt has one-second precision, truncated: let the bindings be
+	// older than the restart's second.
+	time.Sleep(1100 * time.Millisecond)
+	pod, err := e.c.RestartContainers(e.ctx(), e.pods[victim])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := pod.Status.ContainerStatuses; len(cs) != 1 || cs[0].RestartCount != 1 {
+		t.Fatalf("container statuses after the restart: %+v", cs)
+	}
+	e.pods[victim] = pod
+
+	// The pod stayed Ready, so nothing in the selectable count says when
+	// discovery has seen the restart: the probe session's turns hit until
+	// it has, then one rebinds.
+	testkit.Eventually(t, 30*time.Second, "a session bound before the restart to be rebound", func() error {
+		r.turn(probe)
+		if a := r.lastAccess(probe); a.Decision != "rebind" {
+			return fmt.Errorf("decision %q", a.Decision)
+		}
+		return nil
+	})
+	// Discovery has seen the restart: the idle session's first turn rebinds.
 	r.turn(idle)
 	if a := r.lastAccess(idle); a.Decision != "rebind" {
-		t.Fatalf("idle session bound before the NotReady period: decision %q, want rebind (binding %+v)", a.Decision, idleBinding)
+		t.Fatalf("idle session bound before the restart: decision %q, want rebind", a.Decision)
 	}
-	if b, _ := r.binding(idle); b.Generation <= idleBinding.Generation {
-		t.Fatalf("idle session's binding was resurrected: before %+v, now %+v", idleBinding, b)
+	b, _ := r.binding(idle)
+	if b.Generation <= idleBinding.Generation {
+		t.Fatalf("idle session's binding survived the restart: before %+v, now %+v", idleBinding, b)
+	}
+	// The new binding is newer than the restart: it is kept.
+	got := r.turn(idle)
+	if a := r.lastAccess(idle); a.Decision != "hit" {
+		t.Fatalf("turn after the rebind went to %s with decision %q, want hit", got, a.Decision)
 	}
 }
 

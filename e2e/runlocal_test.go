@@ -175,6 +175,12 @@ func TestRunLocalFailsWhenTheSidecarDies(t *testing.T) {
 	if !strings.Contains(out, "served by backend-") || strings.Count(out, "served by ") != 2 {
 		t.Fatalf("the demo turns did not run:\n%s", out)
 	}
+	// The Responses API demo: the second turn reaches the backend that
+	// stored the first response.
+	if m := regexp.MustCompile(`response (resp_\w+) stored on (backend-\d)\n(?s:.*?)previous_response_id (resp_\w+)\) answered by (backend-\d)`).
+		FindStringSubmatch(out); m == nil || m[1] != m[3] || m[2] != m[4] {
+		t.Fatalf("the Responses API demo did not chain on one backend:\n%s", out)
+	}
 	m := regexp.MustCompile(`pid (\d+)\)`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no sidecar pid in the output:\n%s", out)

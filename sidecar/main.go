@@ -78,6 +78,11 @@ func run() error {
 			return err
 		}
 	}
+	if needsDynamic(cfg) {
+		if deps.Dynamic, err = kubeclient.NewDynamic(*kubeconfig, "tether-sidecar"); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	srv, err := server.New(ctx, cfg, log, deps)
@@ -107,7 +112,18 @@ func needsKube(cfg *config.Config) bool {
 		return true
 	}
 	for _, p := range cfg.Pools {
-		if p.Backends.Kubernetes != nil || p.Backends.IsPD() {
+		if p.Backends.Kubernetes != nil || p.Backends.IsPD() || p.Backends.ModelServer != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// needsDynamic reports whether a pool is defined by a ModelServer (a
+// custom resource, read with the dynamic client).
+func needsDynamic(cfg *config.Config) bool {
+	for _, p := range cfg.Pools {
+		if p.Backends.ModelServer != nil {
 			return true
 		}
 	}

@@ -326,14 +326,20 @@ func TestDefaults(t *testing.T) {
 		!slices.Equal(sr.Rules[0].Verbs, []string{"get", "list", "watch"}) || !slices.Equal(sr.Rules[0].APIGroups, []string{""}) {
 		t.Errorf("sidecar ClusterRole: %+v", sr)
 	}
+	// The ModelServer readers may watch modelservers, nothing more.
+	mr := o.clusterRoles["tether-sidecar-modelservers"]
+	if mr == nil || len(mr.Rules) != 1 || !slices.Equal(mr.Rules[0].Resources, []string{"modelservers"}) ||
+		!slices.Equal(mr.Rules[0].Verbs, []string{"get", "list", "watch"}) || !slices.Equal(mr.Rules[0].APIGroups, []string{"networking.serving.volcano.sh"}) {
+		t.Errorf("ModelServer ClusterRole: %+v", mr)
+	}
 	ir := o.clusterRoles["tether-injector"]
-	if ir == nil || !hasRule(ir.Rules, "clusterroles", "bind", "tether-sidecar") ||
+	if ir == nil || !hasRule(ir.Rules, "clusterroles", "bind", "tether-sidecar") || !hasRule(ir.Rules, "clusterroles", "bind", "tether-sidecar-modelservers") ||
 		!hasRule(ir.Rules, "mutatingwebhookconfigurations", "patch", "tether-injector") ||
 		!hasRule(ir.Rules, "namespaces", "watch", "") || !hasRule(ir.Rules, "pods", "watch", "") ||
 		!hasRule(ir.Rules, "rolebindings", "create", "") {
 		t.Errorf("injector ClusterRole: %+v", ir)
 	}
-	// RoleBindings: every verb but create only by the sidecar binding's name.
+	// RoleBindings: every verb but create only by the sidecar bindings' names.
 	for _, r := range ir.Rules {
 		if !slices.Contains(r.Resources, "rolebindings") {
 			continue
@@ -341,13 +347,15 @@ func TestDefaults(t *testing.T) {
 		if slices.Equal(r.Verbs, []string{"create"}) {
 			continue
 		}
-		if !slices.Equal(r.ResourceNames, []string{"tether-sidecar"}) {
+		if !slices.Equal(r.ResourceNames, []string{"tether-sidecar", "tether-sidecar-modelservers"}) {
 			t.Errorf("injector may %v RoleBindings of any name: %+v", r.Verbs, r)
 		}
 	}
 	for _, verb := range []string{"get", "list", "watch", "update", "delete"} {
-		if !hasRule(ir.Rules, "rolebindings", verb, "tether-sidecar") {
-			t.Errorf("injector may not %s its RoleBinding", verb)
+		for _, name := range []string{"tether-sidecar", "tether-sidecar-modelservers"} {
+			if !hasRule(ir.Rules, "rolebindings", verb, name) {
+				t.Errorf("injector may not %s its RoleBinding %s", verb, name)
+			}
 		}
 	}
 	if pol := o.policies["tether-injector-rolebindings"]; pol == nil || len(pol.Spec.Validations) != 3 ||

@@ -17,12 +17,15 @@ import (
 // a kubelet would, through the status subresource, as the real one does.
 
 // MakeReady marks a pod Running and Ready on ip (a 127.0.0.x address where
-// the test runs the pod's process). The Ready condition's
-// lastTransitionTime moves only when the condition changes, as a kubelet's
-// does: discovery uses it as the start of the pod's ready period.
+// the test runs the pod's process), its containers running and ready. The
+// Ready condition's lastTransitionTime moves only when the condition
+// changes, and a container's state.running.startedAt only when it starts
+// (see RestartContainers), as a kubelet's do: discovery dates a server's
+// current run from startedAt.
 func (c *Cluster) MakeReady(ctx context.Context, pod *corev1.Pod, ip string) (*corev1.Pod, error) {
 	return c.writeStatus(ctx, pod, func(p *corev1.Pod) {
 		now := metav1.Now()
+		setContainers(p, true, now, false)
 		p.Status.Phase = corev1.PodRunning
 		p.Status.PodIP = ip
 		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
@@ -39,13 +42,57 @@ func (c *Cluster) MakeReady(ctx context.Context, pod *corev1.Pod, ip string) (*c
 }
 
 // SetNotReady keeps a pod Running with its IP but turns Ready false, as a
-// kubelet does when a readiness probe fails.
+// kubelet does when a readiness probe fails: the containers keep running.
 func (c *Cluster) SetNotReady(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	return c.writeStatus(ctx, pod, func(p *corev1.Pod) {
 		now := metav1.Now()
+		setContainers(p, false, now, false)
 		setCondition(p, corev1.ContainersReady, corev1.ConditionFalse, now)
 		setCondition(p, corev1.PodReady, corev1.ConditionFalse, now)
 	})
+}
+
+// RestartContainers records what a kubelet reports after the pod's
+// containers crashed and were restarted in place (same pod, same UID):
+// restartCount up by one, a new state.running.startedAt, the last state
+// terminated, the pod Ready again.
+func (c *Cluster) RestartContainers(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	return c.writeStatus(ctx, pod, func(p *corev1.Pod) {
+		now := metav1.Now()
+		setContainers(p, true, now, true)
+		setCondition(p, corev1.ContainersReady, corev1.ConditionTrue, now)
+		setCondition(p, corev1.PodReady, corev1.ConditionTrue, now)
+	})
+}
+
+// setContainers writes a running status for every container of the spec:
+// started now when it was not running (or restarted), otherwise as it was.
+func setContainers(p *corev1.Pod, ready bool, now metav1.Time, restarted bool) {
+	old := map[string]corev1.ContainerStatus{}
+	for _, cs := range p.Status.ContainerStatuses {
+		old[cs.Name] = cs
+	}
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		cs, ok := old[c.Name]
+		if !ok {
+			cs = corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, ContainerID: "e2e://" + p.Name + "/" + c.Name}
+		}
+		if restarted {
+			cs.RestartCount++
+			if r := cs.State.Running; r != nil {
+				cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					ExitCode: 137, Reason: "Error", StartedAt: r.StartedAt, FinishedAt: now}}
+			}
+			cs.State = corev1.ContainerState{}
+		}
+		if cs.State.Running == nil {
+			cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+		}
+		started := true
+		cs.Ready, cs.Started = ready, &started
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, cs)
+	}
 }
 
 func (c *Cluster) writeStatus(ctx context.Context, pod *corev1.Pod, mutate func(*corev1.Pod)) (*corev1.Pod, error) {

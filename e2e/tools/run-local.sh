@@ -114,6 +114,34 @@ for t in "$turn1" "$turn2"; do
   cached=$(grep -o '"cached_tokens":[0-9]*' <<<"$out" | cut -d: -f2)
   echo "  served by $id, cached_tokens=${cached:-0}"
 done
+
+# The Responses API: the backend keeps the response in its memory;
+# tether binds its id to that backend, so the next turn (which names it
+# in previous_response_id) goes there, through any router replica.
+resp1='{"model":"modelsim","max_output_tokens":8,"input":"You are a careful assistant. Name three plays by Shakespeare and say in one line what each is about."}'
+resp2='{"model":"modelsim","max_output_tokens":8,"previous_response_id":"RESP_ID","input":"Which of them is the shortest?"}'
+cat <<MSG
+
+Responses API: two turns chained by previous_response_id (no session header: the response id is the key):
+
+  curl -s -D- -H 'Content-Type: application/json' http://127.0.0.1:$port/v1/responses -d '$resp1'
+  curl -s -D- -H 'Content-Type: application/json' http://127.0.0.1:$port/v1/responses -d '${resp2/RESP_ID/<the id of the first answer>}'
+
+Running them now:
+MSG
+prev=
+for t in "$resp1" "$resp2"; do
+  out=$(curl -s -D "$work/h" -H 'Content-Type: application/json' "http://127.0.0.1:$port/v1/responses" -d "${t/RESP_ID/$prev}")
+  by=$(grep -i '^x-modelsim-id:' "$work/h" | tr -d '\r' | awk '{print $2}')
+  rid=$(grep -o '"id":"resp_[0-9a-f]*"' <<<"$out" | head -1 | cut -d'"' -f4)
+  cached=$(grep -o '"cached_tokens":[0-9]*' <<<"$out" | cut -d: -f2)
+  if [[ -z $prev ]]; then
+    echo "  response $rid stored on $by"
+  else
+    echo "  response $rid (previous_response_id $prev) answered by $by, cached_tokens=${cached:-0}"
+  fi
+  prev=$rid
+done
 echo
 echo "Ctrl-C to stop."
 

@@ -121,7 +121,8 @@ func (a *App) Run(ctx context.Context) error {
 		loops = append(loops, lifecycle.Part{Name: "certificates", Run: dw.Run})
 	}
 	if a.cfg.ManageRBAC {
-		b := &rbac.Binder{Client: a.client, ClusterRole: a.cfg.SidecarClusterRole, BindingName: a.cfg.SidecarRoleBinding, Log: a.log}
+		b := &rbac.Binder{Client: a.client, ClusterRole: a.cfg.SidecarClusterRole, BindingName: a.cfg.SidecarRoleBinding,
+			ModelServerClusterRole: a.cfg.ModelServerClusterRole, ModelServerBindingName: a.cfg.ModelServerRoleBinding, Log: a.log}
 		loops = append(loops, lifecycle.Part{Name: "rbac", Run: b.Run})
 	}
 

@@ -56,6 +56,11 @@ type Config struct {
 	ManageRBAC         bool
 	SidecarClusterRole string
 	SidecarRoleBinding string
+	// ModelServerClusterRole (get/list/watch Kthena ModelServers) is bound,
+	// with RoleBinding ModelServerRoleBinding, only to the accounts of
+	// injected pods annotated tether.dev/model-server; "" binds it nowhere.
+	ModelServerClusterRole string
+	ModelServerRoleBinding string
 
 	Kubeconfig string
 
@@ -114,6 +119,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, podNamespace string) {
 	fs.BoolVar(&c.ManageRBAC, "manage-rbac", true, "bind --sidecar-cluster-role, in every namespace labelled "+inject.NamespaceLabel+"="+inject.NamespaceLabelValue+", to the service accounts its injected pods run as")
 	fs.StringVar(&c.SidecarClusterRole, "sidecar-cluster-role", "tether-sidecar", "ClusterRole (get/list/watch pods) the sidecars are bound to")
 	fs.StringVar(&c.SidecarRoleBinding, "sidecar-role-binding", rbac.DefaultBindingName, "name of the RoleBinding kept in each labelled namespace (the chart's RBAC lets the injector touch only this name)")
+	fs.StringVar(&c.ModelServerClusterRole, "model-server-cluster-role", rbac.DefaultModelServerBindingName, "ClusterRole (get/list/watch Kthena modelservers) bound only to the service accounts of injected pods annotated "+rbac.ModelServerAnnotation+" (empty: never bound)")
+	fs.StringVar(&c.ModelServerRoleBinding, "model-server-role-binding", rbac.DefaultModelServerBindingName, "name of the RoleBinding of --model-server-cluster-role in each namespace that has such pods")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&c.SidecarImage, "sidecar-image", "ghcr.io/tetherproxy/tether-sidecar:"+Version, "sidecar image, repository:tag")
 	fs.StringVar(&c.SidecarPullPolicy, "sidecar-image-pull-policy", "IfNotPresent", "sidecar imagePullPolicy: Always, IfNotPresent or Never")
@@ -207,6 +214,10 @@ func (c *Config) validate() error {
 		return errors.New("--self-managed-certs needs --secret-name, --service-name, --webhook-config and --namespace")
 	case c.ManageRBAC && (c.SidecarClusterRole == "" || c.SidecarRoleBinding == ""):
 		return errors.New("--manage-rbac needs --sidecar-cluster-role and --sidecar-role-binding")
+	case c.ManageRBAC && c.ModelServerClusterRole != "" && c.ModelServerRoleBinding == "":
+		return errors.New("--model-server-cluster-role needs --model-server-role-binding")
+	case c.ManageRBAC && c.ModelServerClusterRole != "" && c.ModelServerRoleBinding == c.SidecarRoleBinding:
+		return errors.New("--model-server-role-binding must differ from --sidecar-role-binding (each role has its own binding)")
 	case c.Listen == "":
 		return errors.New("--listen is required")
 	}

@@ -75,6 +75,12 @@ func injectorNeeds(in *install) []access {
 		needs = append(needs,
 			access{"", "rbac.authorization.k8s.io", "rolebindings", "create", ""},
 			access{"", "rbac.authorization.k8s.io", "clusterroles", "bind", c.SidecarClusterRole})
+		if c.ModelServerClusterRole != "" {
+			for _, v := range []string{"get", "list", "watch", "update", "delete"} {
+				needs = append(needs, access{"", "rbac.authorization.k8s.io", "rolebindings", v, c.ModelServerRoleBinding})
+			}
+			needs = append(needs, access{"", "rbac.authorization.k8s.io", "clusterroles", "bind", c.ModelServerClusterRole})
+		}
 	}
 	return needs
 }
@@ -113,12 +119,17 @@ func checkRBAC(ctx context.Context, in *install) Result {
 	}
 	if in.cfg.ManageRBAC {
 		what = append(what, "watch pods and namespaces, and bind ClusterRole "+in.cfg.SidecarClusterRole+" with RoleBindings "+in.cfg.SidecarRoleBinding)
+		if in.cfg.ModelServerClusterRole != "" {
+			what = append(what, "bind ClusterRole "+in.cfg.ModelServerClusterRole+" with RoleBindings "+in.cfg.ModelServerRoleBinding)
+		}
 	}
 	return ok("service account %s may %s", who, strings.Join(what, ", "))
 }
 
 // checkSidecarRBAC: the service account of every injected pod may watch
-// pods in its namespace (backends, gossip peers).
+// pods in its namespace (backends, gossip peers), and that of every pod
+// whose pool is a Kthena ModelServer (tether.dev/model-server) may watch
+// modelservers there.
 func checkSidecarRBAC(ctx context.Context, in *install) Result {
 	served, _, err := in.servedNamespaces(ctx)
 	if err != nil {
@@ -129,22 +140,22 @@ func checkSidecarRBAC(ctx context.Context, in *install) Result {
 		return fail("%s", apiProblem("pods labelled "+inject.LabelInjected+"=true", err))
 	}
 	accounts := map[string]bool{}
+	readers := map[string]bool{} // accounts of pods that read a ModelServer
 	for _, p := range pods.Items {
 		sa := p.Spec.ServiceAccountName
 		if sa == "" {
 			sa = "default"
 		}
 		accounts[p.Namespace+"/"+sa] = true
+		if _, ok := p.Annotations[inject.AnnotationModelServer]; ok {
+			readers[p.Namespace+"/"+sa] = true
+		}
 	}
 	if len(accounts) == 0 {
 		return ok("no injected pods yet")
 	}
-	keys := make([]string, 0, len(accounts))
-	for k := range accounts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var denied []string
+	keys := sortedKeys(accounts)
+	var denied, deniedMS []string
 	for _, k := range keys {
 		ns, sa, _ := strings.Cut(k, "/")
 		for _, verb := range []string{"get", "list", "watch"} {
@@ -157,7 +168,21 @@ func checkSidecarRBAC(ctx context.Context, in *install) Result {
 				break
 			}
 		}
+		if !readers[k] {
+			continue
+		}
+		for _, verb := range []string{"get", "list", "watch"} {
+			ok, err := allowed(ctx, in, ns, sa, access{namespace: ns, group: modelServerGroup, resource: "modelservers", verb: verb})
+			if err != nil {
+				return fail("%s", err)
+			}
+			if !ok {
+				deniedMS = append(deniedMS, fmt.Sprintf("%s may not %s modelservers.%s", k, verb, modelServerGroup))
+				break
+			}
+		}
 	}
+	var problems []string
 	if len(denied) > 0 {
 		hint := fmt.Sprintf("bind ClusterRole %s to them (the injector's --manage-rbac is off)", in.cfg.SidecarClusterRole)
 		if in.cfg.ManageRBAC {
@@ -165,7 +190,34 @@ func checkSidecarRBAC(ctx context.Context, in *install) Result {
 				in.cfg.SidecarClusterRole, in.cfg.SidecarRoleBinding, inject.LabelInjected, injectionSelector, strings.Join(served, ", "),
 				in.cfg.SidecarRoleBinding, in.o.Namespace, in.o.Name)
 		}
-		return fail("%s: %s", strings.Join(denied, "; "), hint)
+		problems = append(problems, fmt.Sprintf("%s: %s", strings.Join(denied, "; "), hint))
 	}
-	return ok("the service accounts of injected pods may watch pods in their namespace: %s", strings.Join(keys, ", "))
+	if len(deniedMS) > 0 {
+		hint := "grant them get, list and watch on modelservers (the injector binds no ModelServer role: --model-server-cluster-role is empty or --manage-rbac is off)"
+		if in.cfg.ManageRBAC && in.cfg.ModelServerClusterRole != "" {
+			hint = fmt.Sprintf("the injector binds ClusterRole %s with RoleBinding %s to the accounts of pods annotated %s: kubectl -n <namespace> get rolebinding %s",
+				in.cfg.ModelServerClusterRole, in.cfg.ModelServerRoleBinding, inject.AnnotationModelServer, in.cfg.ModelServerRoleBinding)
+		}
+		problems = append(problems, fmt.Sprintf("%s: %s", strings.Join(deniedMS, "; "), hint))
+	}
+	if len(problems) > 0 {
+		return fail("%s", strings.Join(problems, "; "))
+	}
+	msg := "the service accounts of injected pods may watch pods in their namespace: " + strings.Join(keys, ", ")
+	if len(readers) > 0 {
+		msg += "; and modelservers: " + strings.Join(sortedKeys(readers), ", ")
+	}
+	return ok("%s", msg)
+}
+
+// modelServerGroup is the API group of Kthena's ModelServers.
+const modelServerGroup = "networking.serving.volcano.sh"
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

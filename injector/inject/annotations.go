@@ -30,6 +30,7 @@ type Annotations struct {
 	PrefillSelector     string
 	DecodeSelector      string
 	PDGroupLabel        string
+	ModelServer         string
 	Affinity            config.AffinityMode
 	ListenPort          int
 	AdminPort           int
@@ -101,6 +102,7 @@ var parsers = map[string]parser{
 	AnnotationDecodeSelector:         selectorInto(func(a *Annotations) *string { return &a.DecodeSelector }),
 	AnnotationBackendPort:            parseBackendPort,
 	AnnotationPDGroupLabel:           parseGroupLabel,
+	AnnotationModelServer:            parseModelServer,
 	AnnotationAffinity:               parseAffinity,
 	AnnotationListenPort:             portInto(func(a *Annotations) *int { return &a.ListenPort }),
 	AnnotationAdminPort:              portInto(func(a *Annotations) *int { return &a.AdminPort }),
@@ -296,6 +298,16 @@ func parseGroupLabel(v string, a *Annotations, _ *problems) string {
 		return fmt.Sprintf("must be a label key, got %q", v)
 	}
 	a.PDGroupLabel = v
+	return ""
+}
+
+// parseModelServer accepts the name of a ModelServer in the pod's
+// namespace (the sidecar's RBAC is granted there).
+func parseModelServer(v string, a *Annotations, _ *problems) string {
+	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+		return fmt.Sprintf("must be the name of a ModelServer in the pod's namespace, got %q", v)
+	}
+	a.ModelServer = v
 	return ""
 }
 

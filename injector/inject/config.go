@@ -150,11 +150,24 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 		p.add(AnnotationPool, "required: the pod has no app.kubernetes.io/name or app label and no name to derive the pool name from")
 	}
 
-	// Sessions.
-	if !a.Has(AnnotationSources) {
-		p.add(AnnotationSources, "required: where session keys come from, for example Header:X-Session-ID")
+	// Sessions. Without tether.dev/sources the pool is balanced and binds
+	// nothing (Kthena's pool without sessionSticky); a ModelServer's pool
+	// takes its sessions from the object.
+	switch {
+	case a.Has(AnnotationModelServer):
+		for _, k := range []string{AnnotationSources, AnnotationTTL} {
+			if a.Has(k) {
+				p.add(k, "cannot be combined with %s (the ModelServer's spec.trafficPolicy.sessionSticky is the pool's)", AnnotationModelServer)
+			}
+		}
+	case a.Has(AnnotationSources):
+		pool.SessionSticky = &config.SessionSticky{Sources: a.Sources}
+		if a.TTL > 0 {
+			pool.SessionSticky.SessionAffinitySeconds = config.Seconds(int(a.TTL.Seconds()))
+		}
+	case a.Has(AnnotationTTL):
+		p.add(AnnotationTTL, "applies only with %s (a pool without sources binds nothing)", AnnotationSources)
 	}
-	pool.SessionSticky = config.SessionSticky{Sources: a.Sources, SessionAffinitySeconds: int(a.TTL.Seconds())}
 	jwtClaim := false
 	for _, s := range a.Sources {
 		jwtClaim = jwtClaim || s.Type == config.SourceJWTClaim
@@ -168,7 +181,7 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 	pool.SessionToken, p = sessionToken(a, p)
 
 	// Backends.
-	pool.Backends, p = backends(a, p)
+	pool.Backends, p = backends(a, ns, p)
 
 	// Store.
 	switch pl.store {
@@ -230,12 +243,23 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 	return cfg, p
 }
 
-func backends(a *Annotations, p problems) (config.Backends, problems) {
+func backends(a *Annotations, ns string, p problems) (config.Backends, problems) {
 	var b config.Backends
 	sel := func(s string) *config.KubeSelector {
 		return &config.KubeSelector{Selector: s, Port: a.BackendPort, PortName: a.BackendPortName}
 	}
 	pd := a.Has(AnnotationPrefillSelector) || a.Has(AnnotationDecodeSelector)
+	if a.Has(AnnotationModelServer) {
+		for _, k := range []string{AnnotationBackendSelector, AnnotationBackendPort, AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel} {
+			if a.Has(k) {
+				p.add(k, "cannot be combined with %s (the ModelServer's workloadSelector and workloadPort are the pool's)", AnnotationModelServer)
+			}
+		}
+		if a.ModelServer != "" {
+			b.ModelServer = &config.ModelServerRef{Namespace: ns, Name: a.ModelServer}
+		}
+		return b, p
+	}
 	switch {
 	case a.Has(AnnotationBackendSelector) && pd:
 		p.add(AnnotationBackendSelector, "set %s, or %s and %s for a PD pool, not both",
@@ -256,8 +280,8 @@ func backends(a *Annotations, p problems) (config.Backends, problems) {
 			b.Kubernetes = sel(a.BackendSelector)
 		}
 	default:
-		p.add(AnnotationBackendSelector, "required: the label selector of the model-server pods (or %s and %s for a PD pool)",
-			AnnotationPrefillSelector, AnnotationDecodeSelector)
+		p.add(AnnotationBackendSelector, "required: the label selector of the model-server pods (or %s and %s for a PD pool, or %s)",
+			AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationModelServer)
 	}
 	if a.Has(AnnotationPDGroupLabel) && !pd {
 		p.add(AnnotationPDGroupLabel, "applies only with %s and %s", AnnotationPrefillSelector, AnnotationDecodeSelector)
@@ -283,7 +307,11 @@ func sessionToken(a *Annotations, p problems) (*config.SessionToken, problems) {
 		p.add(AnnotationSources, "a Token source needs %s (the Secret whose key %q signs and verifies session tokens)",
 			AnnotationSessionTokenSecret, SessionTokenKey)
 		return nil, p
-	case header == "" && a.Has(AnnotationSessionTokenSecret) && a.Has(AnnotationSources):
+	case header == "" && a.Has(AnnotationSessionTokenSecret) && a.Has(AnnotationModelServer):
+		// The ModelServer's sources may name Token sources, which then
+		// read the default header.
+		header = config.DefaultSessionTokenHeader
+	case header == "" && a.Has(AnnotationSessionTokenSecret):
 		p.add(AnnotationSessionTokenSecret, "applies only with a Token source in %s (for example Token:x-session-token,Header:X-Session-ID)",
 			AnnotationSources)
 		return nil, p
@@ -326,6 +354,7 @@ var fieldAnnotations = []struct{ prefix, key string }{
 	{"pools[0].backends.kubernetes", AnnotationBackendPort},
 	{"pools[0].backends.prefill", AnnotationBackendPort},
 	{"pools[0].backends.decode", AnnotationBackendPort},
+	{"pools[0].backends.modelServer", AnnotationModelServer},
 	{"pools[0].backends", AnnotationBackendSelector},
 	{"pools[0].affinity", AnnotationAffinity},
 	{"pools[0].sessionToken", AnnotationSessionTokenSecret},

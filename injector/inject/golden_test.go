@@ -169,6 +169,15 @@ func goldenCases() []goldenCase {
 		}},
 		{name: "proxy-memory-request-only", input: "router", set: map[string]string{inject.AnnotationProxyMemory: "128Mi"}},
 		{name: "no-memory-limit", input: "router", opts: func(o *inject.Options) { o.Resources.Limits = nil }},
+		// No sources: a plain load-balanced pool, as Kthena's without sessionSticky.
+		{name: "non-sticky", input: "router", del: []string{inject.AnnotationSources, inject.AnnotationTTL}},
+		// A Kthena ModelServer defines the pool.
+		{name: "model-server", input: "router", del: routerAnnotations, set: map[string]string{
+			inject.AnnotationModelServer: "deepseek-r1",
+		}},
+		{name: "model-server-session-token", input: "router", del: routerAnnotations, set: map[string]string{
+			inject.AnnotationModelServer: "deepseek-r1", inject.AnnotationSessionTokenSecret: "router-token",
+		}},
 		{name: "session-token", input: "router", set: map[string]string{
 			inject.AnnotationSources:            "Token:x-session-token,Header:X-Session-ID",
 			inject.AnnotationSessionTokenSecret: "router-token",
@@ -218,7 +227,7 @@ func goldenCases() []goldenCase {
 			inject.AnnotationSources: strings.TrimSuffix(strings.Repeat("Header:X-S,", 17), ",")}},
 		{name: "invalid-sources-entry", input: "router", set: map[string]string{inject.AnnotationSources: "Header:X-Session-ID,session_id"}},
 		{name: "invalid-sources-header-name", input: "router", set: map[string]string{inject.AnnotationSources: "Header:X Session"}},
-		{name: "invalid-sources-missing", input: "router", del: []string{inject.AnnotationSources}},
+		{name: "invalid-ttl-without-sources", input: "router", del: []string{inject.AnnotationSources}},
 		{name: "invalid-sources-jwt-without-secret", input: "router", set: map[string]string{inject.AnnotationSources: "JWTClaim:sub"}},
 		{name: "invalid-ttl-under-1s", input: "router", set: map[string]string{inject.AnnotationTTL: "500ms"}},
 		{name: "invalid-ttl-zero", input: "router", set: map[string]string{inject.AnnotationTTL: "0"}},
@@ -307,6 +316,10 @@ func goldenCases() []goldenCase {
 			inject.AnnotationSessionTokenSecret: "router-token"}},
 		{name: "invalid-session-token-secret-name", input: "router", set: map[string]string{
 			inject.AnnotationSources: "Token:x-session-token", inject.AnnotationSessionTokenSecret: "Router_Token"}},
+		{name: "invalid-model-server-with-pool-annotations", input: "router", set: map[string]string{
+			inject.AnnotationModelServer: "deepseek-r1", inject.AnnotationPDGroupLabel: "pd-group"}},
+		{name: "invalid-model-server-name", input: "router", del: routerAnnotations, set: map[string]string{
+			inject.AnnotationModelServer: "llm/deepseek-r1"}},
 		{name: "invalid-require-at-startup", input: "router", set: map[string]string{
 			inject.AnnotationRedisRequireAtStartup: "no", inject.AnnotationGossipRequireAtStartup: "false"}},
 		{name: "invalid-debug-port-taken", input: "router", set: map[string]string{inject.AnnotationDebugPort: "17020"}},

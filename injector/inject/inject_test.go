@@ -2,6 +2,7 @@ package inject_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +281,26 @@ func BenchmarkPatch(b *testing.B) {
 		if _, _, err := inj.Patch(pod, req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestBodySourceAnnotations: `Body:<dotted path>` in tether.dev/sources
+// becomes a Body source of the sidecar's config; a malformed path is
+// denied naming the annotation.
+func TestBodySourceAnnotations(t *testing.T) {
+	a, err := inject.ParseAnnotations(map[string]string{
+		inject.AnnotationSources: "Header:X-Session-ID,Body:prompt_cache_key,Body:metadata.session_id,Body:user",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []config.Source{{Type: config.SourceHeader, Name: "X-Session-ID"}, {Type: config.SourceBody, Name: "prompt_cache_key"},
+		{Type: config.SourceBody, Name: "metadata.session_id"}, {Type: config.SourceBody, Name: "user"}}
+	if fmt.Sprint(a.Sources) != fmt.Sprint(want) {
+		t.Fatalf("sources = %+v, want %+v", a.Sources, want)
+	}
+	_, err = inject.ParseAnnotations(map[string]string{inject.AnnotationSources: "Body:metadata..session_id"})
+	if err == nil || !strings.Contains(err.Error(), inject.AnnotationSources+": \"metadata..session_id\" has an empty segment") {
+		t.Fatalf("malformed body path: %v", err)
 	}
 }

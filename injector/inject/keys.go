@@ -33,10 +33,14 @@ const (
 	AnnotationPrefillSelector = Prefix + "prefill-selector"
 	AnnotationDecodeSelector  = Prefix + "decode-selector"
 	AnnotationPDGroupLabel    = Prefix + "pd-group-label"
-	AnnotationAffinity        = Prefix + "affinity"
-	AnnotationListenPort      = Prefix + "listen-port"
-	AnnotationAdminPort       = Prefix + "admin-port"
-	AnnotationGossipPort      = Prefix + "gossip-port"
+	// AnnotationModelServer names a Kthena ModelServer in the pod's
+	// namespace that defines the pool (its pods, port, model, timeout and
+	// sessionSticky) instead of the backend and session annotations.
+	AnnotationModelServer = Prefix + "model-server"
+	AnnotationAffinity    = Prefix + "affinity"
+	AnnotationListenPort  = Prefix + "listen-port"
+	AnnotationAdminPort   = Prefix + "admin-port"
+	AnnotationGossipPort  = Prefix + "gossip-port"
 	// AnnotationDebugPort moves the loopback debug listener (/debug/*).
 	AnnotationDebugPort = Prefix + "debug-port"
 
@@ -108,7 +112,7 @@ var injectorLabels = []string{LabelInjected, LabelGossipPort}
 var poolKeys = []string{
 	AnnotationPool, AnnotationSources, AnnotationTTL,
 	AnnotationBackendSelector, AnnotationBackendPort,
-	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel,
+	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel, AnnotationModelServer,
 	AnnotationAffinity, AnnotationListenPort, AnnotationDebugPort, AnnotationRedisAddress,
 	AnnotationRedisUsername, AnnotationRedisTLS, AnnotationRedisRequireAtStartup, AnnotationGossipRequireAtStartup,
 	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience, AnnotationJWTRequireExp,

@@ -2,6 +2,7 @@ package rbac_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
@@ -141,5 +142,71 @@ func TestBinderBindsTheRoutersServiceAccounts(t *testing.T) {
 	// A RoleBinding of that name that tether does not manage is left alone.
 	if rb := get("foreign"); rb == nil || !reflect.DeepEqual(rb.Subjects, foreign.Subjects) || rb.RoleRef != foreign.RoleRef {
 		t.Fatalf("a RoleBinding tether does not own was changed: %+v", rb)
+	}
+}
+
+// TestBinderModelServerReaders: the ModelServer ClusterRole is bound only
+// to the accounts of injected pods that name a ModelServer, in a binding
+// of its own, and unbound when the last such pod goes; the pod readers'
+// binding is unaffected.
+func TestBinderModelServerReaders(t *testing.T) {
+	withModelServer := func(p *corev1.Pod) *corev1.Pod {
+		p.Annotations = map[string]string{rbac.ModelServerAnnotation: "deepseek"}
+		return p
+	}
+	client := fake.NewClientset(ns("llm", true), ns("plain", true),
+		withModelServer(pod("llm", "kthena-router-0", "kthena-router", true)),
+		pod("llm", "router-0", "router", true),
+		withModelServer(pod("llm", "not-injected", "model", false)),
+		pod("plain", "router-0", "router", true))
+	b := &rbac.Binder{Client: client, ClusterRole: "tether-sidecar", ModelServerClusterRole: "tether-sidecar-modelservers",
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	bound := func(n, name, role string, sas ...string) func() error {
+		return func() error {
+			rb, err := client.RbacV1().RoleBindings(n).Get(ctx, name, metav1.GetOptions{})
+			if len(sas) == 0 {
+				if err == nil {
+					return fmt.Errorf("%s/%s still exists", n, name)
+				}
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			var want []rbacv1.Subject
+			for _, sa := range sas {
+				want = append(want, rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: n})
+			}
+			if rb.RoleRef.Name != role || !reflect.DeepEqual(rb.Subjects, want) || rb.Labels[rbac.ManagedByLabel] != rbac.ManagedByValue {
+				return fmt.Errorf("%s/%s = %+v %+v", n, name, rb.RoleRef, rb.Subjects)
+			}
+			return nil
+		}
+	}
+	testkit.Eventually(t, 10*time.Second, "ModelServer readers in llm", bound("llm", rbac.DefaultModelServerBindingName, "tether-sidecar-modelservers", "kthena-router"))
+	testkit.Eventually(t, 10*time.Second, "pod readers in llm", bound("llm", rbac.DefaultBindingName, "tether-sidecar", "kthena-router", "router"))
+	testkit.Eventually(t, 10*time.Second, "pod readers in plain", bound("plain", rbac.DefaultBindingName, "tether-sidecar", "router"))
+	if _, err := client.RbacV1().RoleBindings("plain").Get(ctx, rbac.DefaultModelServerBindingName, metav1.GetOptions{}); err == nil {
+		t.Fatal("a namespace without ModelServer pods got the ModelServer binding")
+	}
+	if err := client.CoreV1().Pods("llm").Delete(ctx, "kthena-router-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "ModelServer binding gone with its last pod", bound("llm", rbac.DefaultModelServerBindingName, ""))
+	testkit.Eventually(t, 10*time.Second, "pod readers follow", bound("llm", rbac.DefaultBindingName, "tether-sidecar", "router"))
+}
+
+func TestModelServerAnnotationMatchesTheInjector(t *testing.T) {
+	if rbac.ModelServerAnnotation != inject.AnnotationModelServer {
+		t.Fatal("rbac and inject disagree on the model-server annotation")
 	}
 }

@@ -78,7 +78,7 @@ func TestHandler(t *testing.T) {
 		{"update is ignored", webhook.PathMutate, reviewJSON("Pod", "UPDATE", pod), 200, true, false, ""},
 		{"not a pod", webhook.PathMutate, reviewJSON("Deployment", "CREATE", pod), 200, true, false, ""},
 		{"denied", webhook.PathMutate, reviewJSON("Pod", "CREATE", strings.Replace(pod, `"Header:X-Session-ID"`, `"Heder:X"`, 1)), 200, false, false,
-			`tether.dev/sources: unknown source type "Heder" (want Header, Query, Cookie, JWTClaim or Token)`},
+			`tether.dev/sources: unknown source type "Heder" (want Header, Query, Cookie, JWTClaim, Token or Body)`},
 		{"pod that is not JSON", webhook.PathMutate, reviewJSON("Pod", "CREATE", `"x"`), 200, false, false, "cannot decode the pod"},
 		{"empty", webhook.PathMutate, "", 400, false, false, ""},
 		{"not json", webhook.PathMutate, "{", 400, false, false, ""},

@@ -174,12 +174,16 @@ type Proxy struct {
 
 // Pool is one ModelServer: its listener, session sources and backends.
 type Pool struct {
-	Name          string        `json:"name"`
-	Listen        string        `json:"listen,omitempty"`
-	Models        []string      `json:"models,omitempty"`
-	SessionSticky SessionSticky `json:"sessionSticky"`
-	Backends      Backends      `json:"backends"`
-	Affinity      Affinity      `json:"affinity,omitempty"`
+	Name   string   `json:"name"`
+	Listen string   `json:"listen,omitempty"`
+	Models []string `json:"models,omitempty"`
+	// SessionSticky turns stickiness on, as Kthena's non-nil sessionSticky
+	// does: a pool without it is balanced on every request and binds
+	// nothing. A pool defined by a ModelServer (backends.modelServer) takes
+	// it from the object instead.
+	SessionSticky *SessionSticky `json:"sessionSticky,omitempty"`
+	Backends      Backends       `json:"backends"`
+	Affinity      Affinity       `json:"affinity,omitempty"`
 	// LoadMetrics scrapes the backends' queue lengths for balancing and
 	// soft affinity; nil means not scraped.
 	LoadMetrics *LoadMetrics `json:"loadMetrics,omitempty"`
@@ -264,9 +268,11 @@ func (p *Pool) RoutingHeaders() []string {
 	if t := p.SessionToken; t != nil {
 		hs = append(hs, t.Header, t.PrefillHeader)
 	}
-	for _, s := range p.SessionSticky.Sources {
-		if s.Type == SourceToken {
-			hs = append(hs, s.Name)
+	if p.SessionSticky != nil {
+		for _, s := range p.SessionSticky.Sources {
+			if s.Type == SourceToken {
+				hs = append(hs, s.Name)
+			}
 		}
 	}
 	return hs
@@ -283,21 +289,61 @@ type SessionToken struct {
 	KeyFile string `json:"keyFile,omitempty"`
 	// PreviousKeyFile holds the key being rotated out: still verified.
 	PreviousKeyFile string `json:"previousKeyFile,omitempty"`
-	// AllowUnsigned accepts llm-d's plain base64("namespace/name") tokens,
+	// AllowUnsigned accepts llm-d's plain base64("namespace/name") tokens
+	// (in Header and, for the prefill half of a PD pair, PrefillHeader),
 	// with which a client can aim at any pod of the pool.
 	AllowUnsigned bool `json:"allowUnsigned,omitempty"`
+	// Cookie also sets the token as an HttpOnly cookie and reads it back,
+	// for browser clients that carry cookies but no custom headers; nil
+	// means headers only.
+	Cookie *TokenCookie `json:"cookie,omitempty"`
 }
 
-// SessionSticky is the ModelServer API's sticky-session block.
+// TokenCookie is the cookie a session token travels in (HAProxy's
+// "cookie ... insert", Envoy's stateful-session cookie): set on every
+// response with Max-Age = the pool's TTL, HttpOnly, Path=/.
+type TokenCookie struct {
+	// Name of the cookie; default DefaultTokenCookieName.
+	Name string `json:"name,omitempty"`
+	// Secure marks the cookie Secure (sent over HTTPS only). Off by
+	// default: the sidecar sees plain HTTP from the router, which is
+	// where TLS ended; turn it on where browsers reach the site by HTTPS.
+	Secure bool `json:"secure,omitempty"`
+	// SameSite is Lax (default), Strict or None (None needs secure).
+	SameSite string `json:"sameSite,omitempty"`
+}
+
+// SameSite values of TokenCookie.
+const (
+	SameSiteLax    = "Lax"
+	SameSiteStrict = "Strict"
+	SameSiteNone   = "None"
+)
+
+// SessionSticky is the sticky-session block of Kthena's API, parsed
+// unchanged: sources tried in order, and the binding TTL.
 type SessionSticky struct {
-	SessionAffinitySeconds int      `json:"sessionAffinitySeconds,omitempty"`
+	// SessionAffinitySeconds is the binding's sliding TTL. Unset means
+	// DefaultSessionAffinitySeconds; a value that is set must be at least
+	// 1 (an explicit 0 is refused, as Kthena's admission refuses it).
+	SessionAffinitySeconds *int     `json:"sessionAffinitySeconds,omitempty"`
 	Sources                []Source `json:"sources"`
 }
 
-// TTL is the binding's sliding time to live.
-func (s SessionSticky) TTL() time.Duration {
-	return time.Duration(s.SessionAffinitySeconds) * time.Second
+// TTL is the binding's sliding time to live: 0 for a pool without
+// sessionSticky (nil), the default when sessionAffinitySeconds is unset.
+func (s *SessionSticky) TTL() time.Duration {
+	switch {
+	case s == nil:
+		return 0
+	case s.SessionAffinitySeconds == nil:
+		return DefaultSessionAffinitySeconds * time.Second
+	}
+	return time.Duration(*s.SessionAffinitySeconds) * time.Second
 }
+
+// Seconds returns a pointer to n, for SessionSticky.SessionAffinitySeconds.
+func Seconds(n int) *int { return &n }
 
 // Source is one place a session key may come from.
 type Source struct {
@@ -317,13 +363,17 @@ const (
 	// SourceToken reads the header Name as a session token written by
 	// the sidecar (pool.sessionToken): it names a backend, not a session.
 	SourceToken SourceType = "Token"
+	// SourceBody reads the string at the dotted path Name of the JSON
+	// request body (prompt_cache_key, user, metadata.session_id).
+	SourceBody SourceType = "Body"
 )
 
 // SourceTypes lists the valid source types in the order errors name them.
-var SourceTypes = []SourceType{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken}
+var SourceTypes = []SourceType{SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken, SourceBody}
 
 // Backends says where a pool's model servers are: a static list, a
-// Kubernetes selector, or prefill/decode selectors for PD pools.
+// Kubernetes selector, prefill/decode selectors for PD pools, or a Kthena
+// ModelServer.
 type Backends struct {
 	Static     []string      `json:"static,omitempty"`
 	Kubernetes *KubeSelector `json:"kubernetes,omitempty"`
@@ -335,6 +385,25 @@ type Backends struct {
 	// HealthCheck actively checks static backends; nil means off
 	// (Kubernetes backends are checked by their readiness probes).
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+	// ModelServer defines the pool by a Kthena ModelServer object: its
+	// pods (workloadSelector, a PD pool with pdGroup), port, model,
+	// timeout and sessionSticky, followed as the object changes.
+	ModelServer *ModelServerRef `json:"modelServer,omitempty"`
+}
+
+// ModelServerRef names a networking.serving.volcano.sh/v1alpha1 ModelServer.
+type ModelServerRef struct {
+	// Namespace of the object; default the sidecar's own (POD_NAMESPACE).
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
+
+// String is namespace/name (name alone when the namespace is not set).
+func (m ModelServerRef) String() string {
+	if m.Namespace == "" {
+		return m.Name
+	}
+	return m.Namespace + "/" + m.Name
 }
 
 // KubeSelector selects model-server pods.

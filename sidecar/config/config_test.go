@@ -131,7 +131,7 @@ func TestDefaults(t *testing.T) {
 		Pools: []Pool{{
 			Name:          "p",
 			Listen:        DefaultListen,
-			SessionSticky: SessionSticky{SessionAffinitySeconds: DefaultSessionAffinitySeconds, Sources: []Source{{Type: SourceHeader, Name: "X-Session-ID"}}},
+			SessionSticky: &SessionSticky{SessionAffinitySeconds: Seconds(DefaultSessionAffinitySeconds), Sources: []Source{{Type: SourceHeader, Name: "X-Session-ID"}}},
 			Backends:      Backends{Static: []string{"127.0.0.1:8001"}},
 			Affinity:      Affinity{Mode: AffinityHard, MaxWaiting: DefaultMaxWaiting, LoadMargin: DefaultLoadMargin},
 		}},
@@ -272,18 +272,32 @@ func TestValidation(t *testing.T) {
 		{"pool name", doc("", pool(`name: ""`)), `pools[0].name: required`},
 		{"duplicate pool", doc("", pool("models: [a]"), pool("models: [b]")), `pools[1].name: duplicate pool name "p" (also pools[0])`},
 		{"pool listen", doc("", pool("listen: ':x'")), `pools[0].listen: port must be 0..65535, got "x"`},
-		{"ttl", doc("", pool("sessionSticky: {sessionAffinitySeconds: -1, sources: [{type: Query, name: s}]}")), `pools[0].sessionSticky.sessionAffinitySeconds: must be at least 1, got -1`},
+		{"ttl", doc("", pool("sessionSticky: {sessionAffinitySeconds: -1, sources: [{type: Query, name: s}]}")), `pools[0].sessionSticky.sessionAffinitySeconds: must be at least 1 when set, got -1`},
+		{"explicit ttl 0", doc("", pool("sessionSticky: {sessionAffinitySeconds: 0, sources: [{type: Query, name: s}]}")), `pools[0].sessionSticky.sessionAffinitySeconds: must be at least 1 when set, got 0`},
+		{"explicit ttl 0 JSON", `{"pools":[{"name":"p","sessionSticky":{"sessionAffinitySeconds":0,"sources":[{"type":"Query","name":"s"}]},"backends":{"static":["a:1"]}}]}`, `pools[0].sessionSticky.sessionAffinitySeconds: must be at least 1 when set, got 0`},
+		{"empty sessionSticky", doc("", pool("sessionSticky: {}")), `pools[0].sessionSticky.sources: at least one source is required`},
+		{"token without sessionSticky", doc("", pool("sessionSticky: null", "sessionToken: {keyFile: k}")), `pools[0].sessionToken: needs sessionSticky`},
+		{"cookie name", doc("", pool("sessionSticky: {sources: [{type: Query, name: s}]}", "sessionToken: {keyFile: k, cookie: {name: \"a b\"}}")), `pools[0].sessionToken.cookie.name: "a b" is not a valid cookie name`},
+		{"cookie sameSite", doc("", pool("sessionSticky: {sources: [{type: Query, name: s}]}", "sessionToken: {keyFile: k, cookie: {sameSite: lax}}")), `pools[0].sessionToken.cookie.sameSite: unknown value "lax" (want Lax, Strict or None)`},
+		{"cookie sameSite None", doc("", pool("sessionSticky: {sources: [{type: Query, name: s}]}", "sessionToken: {keyFile: k, cookie: {sameSite: None}}")), `pools[0].sessionToken.cookie.sameSite: None needs secure: true`},
+		{"modelServer with sessionSticky", doc("", pool("backends: {modelServer: {name: ds}}")), `pools[0].sessionSticky: must not be set with backends.modelServer`},
+		{"modelServer with models", doc("", pool("sessionSticky: null", "models: [m]", "backends: {modelServer: {name: ds}}")), `pools[0].models: must not be set with backends.modelServer`},
+		{"modelServer name", doc("", pool("sessionSticky: null", "backends: {modelServer: {name: DS}}")), `pools[0].backends.modelServer.name: must be the name of a ModelServer, got "DS"`},
+		{"modelServer namespace", doc("", pool("sessionSticky: null", "backends: {modelServer: {namespace: a.b, name: ds}}")), `pools[0].backends.modelServer.namespace: must be a namespace name, got "a.b"`},
+		{"modelServer and static", doc("", pool("sessionSticky: null", `backends: {modelServer: {name: ds}, static: ["a:1"]}`)), `pools[0].backends: exactly one of static, kubernetes, prefill+decode or modelServer is required`},
+		{"modelServer groupLabel", doc("", pool("sessionSticky: null", "backends: {modelServer: {name: ds}, groupLabel: g}")), `pools[0].backends.groupLabel: must not be set with modelServer`},
 		{"no sources", doc("", pool("sessionSticky: {sources: []}")), `pools[0].sessionSticky.sources: at least one source is required`},
 		{"sources absent", doc("", pool("sessionSticky: {sessionAffinitySeconds: 5}")), `pools[0].sessionSticky.sources: at least one source is required`},
 		{"too many sources", doc("", pool("sessionSticky: {sources: ["+seventeen+"]}")), `pools[0].sessionSticky.sources: at most 16 sources are allowed, got 17`},
-		{"source type", doc("", pool("sessionSticky: {sources: [{type: Header, name: A}, {type: Heder, name: X}]}")), `pools[0].sessionSticky.sources[1].type: unknown source type "Heder" (want Header, Query, Cookie, JWTClaim or Token)`},
+		{"body path", doc("", pool("sessionSticky: {sources: [{type: Body, name: metadata..session_id}]}")), `pools[0].sessionSticky.sources[0].name: "metadata..session_id" has an empty segment (write field.subfield, no leading, trailing or double dots)`},
+		{"source type", doc("", pool("sessionSticky: {sources: [{type: Header, name: A}, {type: Heder, name: X}]}")), `pools[0].sessionSticky.sources[1].type: unknown source type "Heder" (want Header, Query, Cookie, JWTClaim, Token or Body)`},
 		{"source type case", doc("", pool("sessionSticky: {sources: [{type: header, name: X}]}")), `pools[0].sessionSticky.sources[0].type: unknown source type "header"`},
 		{"source name", doc("", pool("sessionSticky: {sources: [{type: Cookie}]}")), `pools[0].sessionSticky.sources[0].name: required for a Cookie source`},
 		{"header name", doc("", pool("sessionSticky: {sources: [{type: Header, name: X Session}]}")), `pools[0].sessionSticky.sources[0].name: "X Session" is not a valid HTTP header name`},
 		{"cookie name", doc("", pool("sessionSticky: {sources: [{type: Cookie, name: \"a;b\"}]}")), `pools[0].sessionSticky.sources[0].name: "a;b" is not a valid cookie name`},
 		{"JWTClaim without jwt", doc("", pool("sessionSticky: {sources: [{type: JWTClaim, name: sub}]}")), `pools[0].sessionSticky.sources[0].type: a JWTClaim source needs the jwt block`},
-		{"no backends", doc("", pool("backends: {}")), `pools[0].backends: exactly one of static, kubernetes or prefill+decode is required`},
-		{"two kinds of backends", doc("", pool(`backends: {static: ["a:1"], kubernetes: {selector: app=m, port: 80}}`)), `pools[0].backends: exactly one of static, kubernetes or prefill+decode is required`},
+		{"no backends", doc("", pool("backends: {}")), `pools[0].backends: exactly one of static, kubernetes, prefill+decode or modelServer is required`},
+		{"two kinds of backends", doc("", pool(`backends: {static: ["a:1"], kubernetes: {selector: app=m, port: 80}}`)), `pools[0].backends: exactly one of static, kubernetes, prefill+decode or modelServer is required`},
 		{"static form", doc("", pool(static2("127.0.0.1:8001", "localhost"))), `pools[0].backends.static[1]: must be host:port, got "localhost"`},
 		{"static duplicate", doc("", pool(static2("127.0.0.1:8001", "127.0.0.1:8001"))), `pools[0].backends.static[1]: duplicate backend "127.0.0.1:8001"`},
 		{"kubernetes selector", doc("", pool("backends: {kubernetes: {port: 80}}")), `pools[0].backends.kubernetes.selector: required`},
@@ -373,7 +387,7 @@ func TestSoftAndTokenDefaults(t *testing.T) {
 		!reflect.DeepEqual(l.KVUsage, []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}) {
 		t.Fatalf("loadMetrics defaults = %+v", l)
 	}
-	if s.SessionToken.Header != "x-session-token" || s.SessionToken.PrefillHeader != "x-prefill-session-token" {
+	if s.SessionToken.Header != "x-session-token" || s.SessionToken.PrefillHeader != "x-session-token-prefill" || s.SessionToken.Cookie != nil {
 		t.Fatalf("sessionToken defaults = %+v", s.SessionToken)
 	}
 	if h.Affinity.Cooldown.Duration != 0 || h.Load() != nil || s.LoadMetrics != nil {
@@ -514,5 +528,77 @@ func TestRequireAtStartupDefaultsTrue(t *testing.T) {
 	}
 	if c.Store.Redis.Required() || c.Store.Gossip.Required() {
 		t.Fatal("requireAtStartup: false not honoured")
+	}
+}
+
+// TestPoolsWithoutSessionSticky: a pool without sessionSticky is a plain
+// load-balanced pool (Kthena's nil sessionSticky); an unset TTL gets the
+// default while an explicit one is kept as written.
+func TestPoolsWithoutSessionSticky(t *testing.T) {
+	c, err := Parse([]byte(doc("", pool("sessionSticky: null"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Pools[0]; p.SessionSticky != nil || p.SessionSticky.TTL() != 0 {
+		t.Fatalf("non-sticky pool: %+v, TTL %s", p.SessionSticky, p.SessionSticky.TTL())
+	}
+	c, err = Parse([]byte(doc("", pool("name: a", "models: [a]", "sessionSticky: {sources: [{type: Query, name: s}]}"),
+		pool("name: b", "models: [b]", "sessionSticky: {sessionAffinitySeconds: 7, sources: [{type: Query, name: s}]}"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := c.Pools[0].SessionSticky, c.Pools[1].SessionSticky; *a.SessionAffinitySeconds != DefaultSessionAffinitySeconds ||
+		a.TTL() != DefaultSessionAffinitySeconds*time.Second || *b.SessionAffinitySeconds != 7 || b.TTL() != 7*time.Second {
+		t.Fatalf("TTLs: %+v %+v", a, b)
+	}
+	// Before defaults, an unset TTL already reads as the default.
+	if ttl := (&SessionSticky{}).TTL(); ttl != DefaultSessionAffinitySeconds*time.Second {
+		t.Fatalf("unset TTL = %s", ttl)
+	}
+	// A runtime block is checked by the same rules, under the path given.
+	err = (&SessionSticky{SessionAffinitySeconds: Seconds(0), Sources: []Source{{Type: SourceToken, Name: "x"}}}).
+		Validate("spec.trafficPolicy.sessionSticky", false, false)
+	for _, want := range []string{"spec.trafficPolicy.sessionSticky.sessionAffinitySeconds: must be at least 1 when set, got 0",
+		"spec.trafficPolicy.sessionSticky.sources[0].type: a Token source needs the pool's sessionToken block"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Validate = %v, want %q", err, want)
+		}
+	}
+}
+
+// TestModelServerPool: a pool defined by a ModelServer needs no sources
+// or models in the config (the object has them), may share a listener
+// without models, and gets the PD prefill header for when the object is
+// a PD pool.
+func TestModelServerPool(t *testing.T) {
+	c, err := Parse([]byte(doc("", pool("name: a", "sessionSticky: null", "backends: {modelServer: {namespace: llm, name: ds}}"),
+		pool("name: b", "models: [m]"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Pools[0]
+	if m := p.Backends.ModelServer; m == nil || m.String() != "llm/ds" || p.Backends.PrefillHeader != DefaultPrefillHeader {
+		t.Fatalf("modelServer pool = %+v", p.Backends)
+	}
+	if s := (ModelServerRef{Name: "ds"}).String(); s != "ds" {
+		t.Fatalf("String without namespace = %q", s)
+	}
+}
+
+// TestTokenCookieDefaults: the cookie block gets its name and SameSite.
+func TestTokenCookieDefaults(t *testing.T) {
+	c, err := Parse([]byte(doc("", pool("sessionToken: {keyFile: k, cookie: {}}"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck := c.Pools[0].SessionToken.Cookie; ck == nil || ck.Name != DefaultTokenCookieName || ck.SameSite != SameSiteLax || ck.Secure {
+		t.Fatalf("cookie defaults = %+v", ck)
+	}
+	c, err = Parse([]byte(doc("", pool("sessionToken: {keyFile: k, cookie: {name: sid, secure: true, sameSite: None}}"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck := c.Pools[0].SessionToken.Cookie; ck.Name != "sid" || ck.SameSite != SameSiteNone || !ck.Secure {
+		t.Fatalf("cookie = %+v", ck)
 	}
 }

@@ -39,7 +39,8 @@ const (
 	DefaultLoadTimeout            = 500 * time.Millisecond
 	DefaultLoadPath               = "/metrics"
 	DefaultSessionTokenHeader     = "x-session-token"
-	DefaultPrefillTokenHeader     = "x-prefill-session-token"
+	DefaultPrefillTokenHeader     = "x-session-token-prefill" // llm-d's name
+	DefaultTokenCookieName        = "tether-session"
 	MaxSources                    = 16
 )
 
@@ -130,10 +131,13 @@ func (p *Pool) setDefaults(listen string) {
 	if p.Listen == "" {
 		p.Listen = listen
 	}
-	if p.SessionSticky.SessionAffinitySeconds == 0 {
-		p.SessionSticky.SessionAffinitySeconds = DefaultSessionAffinitySeconds
+	// Only an unset TTL gets the default: an explicit 0 stays 0, and
+	// Validate refuses it.
+	if s := p.SessionSticky; s != nil && s.SessionAffinitySeconds == nil {
+		s.SessionAffinitySeconds = Seconds(DefaultSessionAffinitySeconds)
 	}
-	if p.Backends.IsPD() && p.Backends.PrefillHeader == "" {
+	// A ModelServer's pool is a PD pool when the object says so (pdGroup).
+	if (p.Backends.IsPD() || p.Backends.ModelServer != nil) && p.Backends.PrefillHeader == "" {
 		p.Backends.PrefillHeader = DefaultPrefillHeader
 	}
 	a := &p.Affinity
@@ -164,6 +168,14 @@ func (p *Pool) setDefaults(listen string) {
 		}
 		if t.PrefillHeader == "" {
 			t.PrefillHeader = DefaultPrefillTokenHeader
+		}
+		if c := t.Cookie; c != nil {
+			if c.Name == "" {
+				c.Name = DefaultTokenCookieName
+			}
+			if c.SameSite == "" {
+				c.SameSite = SameSiteLax
+			}
 		}
 	}
 }

@@ -25,6 +25,8 @@ func FuzzParse(f *testing.F) {
 			pool("name: b", "models: [y]", "affinity: {mode: soft, maxWaiting: 2}")),
 		doc("", pool(`backends: {prefill: {selector: r=p, portName: http}, decode: {selector: "r in (d)", port: 8000}, groupLabel: g}`)),
 		doc("proxy: {responseHeaderTimeout: 0s, failTimeout: 1h}"),
+		doc("", pool("name: a", "sessionSticky: null", "backends: {modelServer: {namespace: llm, name: ds}}"), pool("name: b", "sessionSticky: null", "models: [m]")),
+		doc("", pool("sessionSticky: {sessionAffinitySeconds: 0, sources: [{type: Token, name: t}]}", "sessionToken: {keyFile: k, cookie: {sameSite: Strict}}")),
 		`{"pools":[{"name":"p","sessionSticky":{"sources":[{"type":"Query","name":"s"}]},"backends":{"static":["[::1]:80"]}}]}`,
 		"pools: [{name: p, sessionSticky: {sources: [{type: Heder, name: x}]}}]",
 		"{", "null", "[]", "pools: &a [*a]", "a: !!binary AAAA",

@@ -9,6 +9,9 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/tetherproxy/tether/sidecar/jsonscan"
 )
 
 // FieldError is one validation problem: the field's path in the document
@@ -75,6 +78,9 @@ func (c *Config) validateSharedListeners(e *errs) {
 		owner := map[string]int{}
 		for _, i := range l.Pools {
 			f := fmt.Sprintf("pools[%d].models", i)
+			if c.Pools[i].Backends.ModelServer != nil {
+				continue // its model is the ModelServer's spec.model, known at run time
+			}
 			if len(c.Pools[i].Models) == 0 {
 				e.add(f, "required when several pools share listen %s", l.Addr)
 			}
@@ -238,11 +244,19 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 		e.add(f+".name", "required")
 	}
 	checkHostPort(e, f+".listen", p.Listen)
-	ss := p.SessionSticky
-	if ss.SessionAffinitySeconds < 1 {
-		e.add(f+".sessionSticky.sessionAffinitySeconds", "must be at least 1, got %d", ss.SessionAffinitySeconds)
+	switch {
+	case p.Backends.ModelServer != nil:
+		if p.SessionSticky != nil {
+			e.add(f+".sessionSticky", "must not be set with backends.modelServer (the ModelServer's spec.trafficPolicy.sessionSticky is the pool's)")
+		}
+		if len(p.Models) > 0 {
+			e.add(f+".models", "must not be set with backends.modelServer (the ModelServer's spec.model is the pool's)")
+		}
+	case p.SessionSticky != nil:
+		p.SessionSticky.validate(e, f+".sessionSticky", haveJWT, p.SessionToken != nil)
+	case p.SessionToken != nil:
+		e.add(f+".sessionToken", "needs sessionSticky (a pool without it is balanced and binds nothing, so there is no session to carry)")
 	}
-	ValidateSources(e.adder(f+".sessionSticky.sources"), ss.Sources, haveJWT)
 	p.Backends.validate(e, f+".backends")
 	switch p.Affinity.Mode {
 	case AffinityHard, AffinitySoft:
@@ -275,19 +289,36 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	if p.SessionToken != nil {
 		p.SessionToken.validate(e, f+".sessionToken")
 	}
+}
+
+// Validate checks a sessionSticky block that reaches the sidecar at run
+// time (a ModelServer's), with the rules of the config's own: field is
+// its path in error messages, haveJWT and haveTokens say whether the
+// pool can verify JWTClaim and Token sources. The error joins FieldErrors.
+func (s *SessionSticky) Validate(field string, haveJWT, haveTokens bool) error {
+	var e errs
+	s.validate(&e, field, haveJWT, haveTokens)
+	return errors.Join(e...)
+}
+
+func (s *SessionSticky) validate(e *errs, f string, haveJWT, haveTokens bool) {
+	if n := s.SessionAffinitySeconds; n != nil && *n < 1 {
+		e.add(f+".sessionAffinitySeconds", "must be at least 1 when set, got %d (leave it out for the default %d)", *n, DefaultSessionAffinitySeconds)
+	}
+	ValidateSources(e.adder(f+".sources"), s.Sources, haveJWT)
 	tokens, others := 0, 0
-	for i, s := range p.SessionSticky.Sources {
-		if s.Type == SourceToken {
-			tokens++
-			if p.SessionToken == nil {
-				e.add(fmt.Sprintf("%s.sessionSticky.sources[%d].type", f, i), "a Token source needs the pool's sessionToken block (keys to verify tokens)")
-			}
-		} else {
+	for i, src := range s.Sources {
+		if src.Type != SourceToken {
 			others++
+			continue
+		}
+		tokens++
+		if !haveTokens {
+			e.add(fmt.Sprintf("%s.sources[%d].type", f, i), "a Token source needs the pool's sessionToken block (keys to verify tokens)")
 		}
 	}
 	if tokens > 0 && others == 0 {
-		e.add(f+".sessionSticky.sources", "a Token source needs another source that names the session (Header, Query, Cookie or JWTClaim): "+
+		e.add(f+".sources", "a Token source needs another source that names the session (Header, Query, Cookie or JWTClaim): "+
 			"tokens are issued only to requests with a session key, so a session's first turn needs one")
 	}
 }
@@ -324,6 +355,20 @@ func (t *SessionToken) validate(e *errs, f string) {
 	if t.KeyFile == "" {
 		e.add(f+".keyFile", "required (the HMAC key that signs tokens)")
 	}
+	if c := t.Cookie; c != nil {
+		if c.Name == "" || strings.ContainsFunc(c.Name, func(r rune) bool { return !httpguts.IsTokenRune(r) }) {
+			e.add(f+".cookie.name", "%q is not a valid cookie name", c.Name)
+		}
+		switch c.SameSite {
+		case SameSiteLax, SameSiteStrict:
+		case SameSiteNone:
+			if !c.Secure {
+				e.add(f+".cookie.sameSite", "None needs secure: true (browsers drop a SameSite=None cookie that is not Secure)")
+			}
+		default:
+			e.add(f+".cookie.sameSite", "unknown value %q (want Lax, Strict or None)", c.SameSite)
+		}
+	}
 }
 
 // adder returns a function that records errors under a field prefix.
@@ -344,9 +389,9 @@ func ValidateSources(add func(suffix, format string, a ...any), sources []Source
 	for i, s := range sources {
 		at := fmt.Sprintf("[%d]", i)
 		switch s.Type {
-		case SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken:
+		case SourceHeader, SourceQuery, SourceCookie, SourceJWTClaim, SourceToken, SourceBody:
 		default:
-			add(at+".type", "unknown source type %q (want Header, Query, Cookie, JWTClaim or Token)", s.Type)
+			add(at+".type", "unknown source type %q (want Header, Query, Cookie, JWTClaim, Token or Body)", s.Type)
 			continue
 		}
 		if s.Name == "" {
@@ -361,6 +406,10 @@ func ValidateSources(add func(suffix, format string, a ...any), sources []Source
 		case SourceCookie:
 			if strings.ContainsAny(s.Name, " \t;,=\"") {
 				add(at+".name", "%q is not a valid cookie name", s.Name)
+			}
+		case SourceBody:
+			if err := jsonscan.ValidatePath(s.Name); err != nil {
+				add(at+".name", "%v", err)
 			}
 		case SourceJWTClaim:
 			if !haveJWT {
@@ -381,8 +430,25 @@ func (b *Backends) validate(e *errs, f string) {
 	if b.IsPD() {
 		kinds++
 	}
+	if b.ModelServer != nil {
+		kinds++
+	}
 	if kinds != 1 {
-		e.add(f, "exactly one of static, kubernetes or prefill+decode is required")
+		e.add(f, "exactly one of static, kubernetes, prefill+decode or modelServer is required")
+	}
+	if m := b.ModelServer; m != nil {
+		if errs := validation.IsDNS1123Subdomain(m.Name); len(errs) > 0 {
+			e.add(f+".modelServer.name", "must be the name of a ModelServer, got %q", m.Name)
+		}
+		if errs := validation.IsDNS1123Label(m.Namespace); m.Namespace != "" && len(errs) > 0 {
+			e.add(f+".modelServer.namespace", "must be a namespace name, got %q", m.Namespace)
+		}
+		if b.GroupLabel != "" {
+			e.add(f+".groupLabel", "must not be set with modelServer (its spec.workloadSelector.pdGroup.groupKey is the pool's)")
+		}
+		if !httpguts.ValidHeaderFieldName(b.PrefillHeader) {
+			e.add(f+".prefillHeader", "%q is not a valid HTTP header name", b.PrefillHeader)
+		}
 	}
 	seen := map[string]bool{}
 	for i, a := range b.Static {

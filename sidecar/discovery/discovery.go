@@ -27,11 +27,11 @@ type Backend struct {
 	Addr string
 	// Group is the PD group-label value; pairs form only inside one group.
 	Group string
-	// Since is when the backend last became selectable (for pods: the
-	// Ready condition's lastTransitionTime, the same on every replica).
-	// A binding created before Since predates the backend's current life
-	// and is stale, so a pod that comes back does not resurrect old
-	// bindings. Zero for static backends.
+	// Since is when the backend's server began its current run (for pods:
+	// the serving container's startedAt, the same on every replica). A
+	// binding created before Since predates a restart, whose cache is
+	// cold, and is stale; a readiness blip does not move it, so pins
+	// survive one. Zero for static backends.
 	Since time.Time
 }
 

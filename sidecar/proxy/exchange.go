@@ -53,8 +53,8 @@ type exchange struct {
 	release  func()            // the balancer's count of the current attempt
 	reqBytes []byte
 	reqBody  requestBody // reqBytes, read by the current attempt
-	// pinned: the request's target is fixed by state on one backend, so
-	// it is never retried elsewhere (pinnedToState).
+	// pinned: the resolver refused to move the request (resolve.ErrPinned:
+	// the stored response it names is on its backend only).
 	pinned bool
 
 	// The current attempt.
@@ -105,12 +105,11 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 // forward proxies the request to d's backend. An attempt that failed
 // before any response byte (a refused connection, a connection closed or
 // reset before the answer began) is retried once, on another backend,
-// unless the request is pinned to state on the first. Every attempt's
+// unless the resolver pins the request to the first (resolve.ErrPinned). Every attempt's
 // result goes to the pool's outlier detection.
 func (x *exchange) forward(d *resolve.Decision, body []byte) {
 	p := x.pool
 	x.reqBytes = body
-	x.pinned = pinnedToState(x.in, body)
 	x.trace.GotConn = x.gotConn
 	ctx := httptrace.WithClientTrace(context.WithValue(x.in.Context(), exchangeKey{}, x), &x.trace)
 	inflight := p.m.inFlight()
@@ -134,6 +133,10 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 			break
 		}
 		nd, err := p.Resolver.Retry(x.in.Context(), x.d, reason)
+		if errors.Is(err, resolve.ErrPinned) {
+			x.pinned = true
+			break
+		}
 		if err != nil {
 			x.noRetry = err
 			break
@@ -205,7 +208,7 @@ func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
 	default:
 		return "", ""
 	}
-	if x.retry != "" || x.pinned || x.wrote {
+	if x.retry != "" || x.wrote {
 		reason = ""
 	}
 	return kind, reason
@@ -218,7 +221,7 @@ func (x *exchange) answerFailure() {
 	case x.in.Context().Err() != nil:
 		x.code = 499 // nobody to answer; nginx's code for a closed client, for the log
 	case isTimeout(x.upErr):
-		writeError(x, http.StatusGatewayTimeout, "the backend did not answer in time")
+		writeError(x, http.StatusGatewayTimeout, "the backend timed out before answering")
 	case x.noRetry != nil:
 		writeError(x, http.StatusBadGateway, "the backend failed before answering, and no other backend is selectable")
 	default:

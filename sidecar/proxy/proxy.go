@@ -26,7 +26,9 @@ import (
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/outlier"
+	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/responses"
 )
 
 // Pool is one pool served on a listener.
@@ -38,9 +40,12 @@ type Pool struct {
 	// Outliers is the pool's outlier detection, which every upstream
 	// result is reported to; nil ejects nothing.
 	Outliers *outlier.Detector
-	// Transport carries the pool's requests (NewTransport: its dial guard
-	// and first-byte timeout).
+	// Transport carries the pool's requests (NewTransport: its dial guard).
 	Transport http.RoundTripper
+	// FirstByteTimeout bounds each attempt's wait for response headers
+	// after the request was sent, unless the decision has its own Timeout
+	// (a ModelServer's trafficPolicy.timeout); 0: no limit.
+	FirstByteTimeout time.Duration
 	// PrefillHeader, in PD pools, carries the prefill pod's host:port to
 	// the decode pod.
 	PrefillHeader string
@@ -48,6 +53,10 @@ type Pool struct {
 	// (config.Pool.RoutingHeaders): every pool's on the listener are
 	// removed from every request before forwarding.
 	StripHeaders []string
+	// Serves, when set, reports whether the pool serves a model that is
+	// not in Models: a pool defined by a ModelServer, whose model changes
+	// with the object. Pools of a shared listener are asked in order.
+	Serves func(model string) bool
 
 	m  poolMetrics
 	rp *httputil.ReverseProxy
@@ -91,6 +100,11 @@ type Options struct {
 	// BodyReadTimeout is how long reading a request body may go without
 	// a byte before the request gets 408; 0: no limit.
 	BodyReadTimeout time.Duration
+
+	// Body are the JSON body fields the listener's pools read (the pool's
+	// "model", Body sources, the Responses API's): scanned once per
+	// request, on first use. nil reads none.
+	Body *reqbody.Fields
 }
 
 // Handler serves one listener.
@@ -114,7 +128,11 @@ func New(o Options) *Handler {
 	for i := range h.o.Pools {
 		p := &h.o.Pools[i]
 		p.m = newPoolMetrics(o.Metrics, p.Name)
-		p.rp = h.reverseProxy(p.Transport)
+		base := p.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		p.rp = h.reverseProxy(firstByteTransport{base: base, pool: p})
 		h.strip = append(h.strip, p.StripHeaders...)
 		for _, m := range p.Models {
 			h.byModel[m] = p
@@ -219,19 +237,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	pool, status, msg := h.pool(body)
+	rb := h.o.Body.Of(body)
+	r = r.WithContext(reqbody.NewContext(r.Context(), rb))
+	pool, status, msg := h.pool(rb)
 	if pool == nil {
 		writeError(x, status, msg)
 		return
 	}
 	x.pool = pool
 	d, err := pool.Resolver.Resolve(r.Context(), r)
+	if lost, ok := errors.AsType[*responses.LostError](err); ok {
+		lost.Write(x) // its backend is gone: no other can answer
+		return
+	}
 	if err != nil {
 		x.Header().Set("Retry-After", "1")
-		// Resolve's errors name no backend (ErrNoBackend); keep it so.
-		writeError(x, http.StatusServiceUnavailable, "pool "+pool.Name+": no selectable backend")
-		if !errors.Is(err, resolve.ErrNoBackend) {
-			h.o.AccessLog.Warn("resolve failed", "pool", pool.Name, "err", err)
+		// Resolve's errors name no backend (ErrNoBackend); keep it so. A
+		// pool that is down says why (its ModelServer is gone), which
+		// names none either and was logged once when it went down.
+		switch {
+		case errors.Is(err, resolve.ErrUnavailable):
+			writeError(x, http.StatusServiceUnavailable, "pool "+pool.Name+": "+err.Error())
+		default:
+			writeError(x, http.StatusServiceUnavailable, "pool "+pool.Name+": no selectable backend")
+			if !errors.Is(err, resolve.ErrNoBackend) {
+				h.o.AccessLog.Warn("resolve failed", "pool", pool.Name, "err", err)
+			}
 		}
 		return
 	}
@@ -239,21 +270,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // pool picks the pool of a request: the only one on the listener, or the
-// one serving the body's "model".
-func (h *Handler) pool(body []byte) (*Pool, int, string) {
+// one serving the body's "model" (read in the body's one scan, with the
+// fields the pools route by).
+func (h *Handler) pool(body *reqbody.Body) (*Pool, int, string) {
 	if len(h.o.Pools) == 1 {
 		return &h.o.Pools[0], 0, ""
 	}
-	var m struct {
-		Model string `json:"model"`
-	}
-	if err := json.Unmarshal(body, &m); err != nil {
+	if !body.IsObject() {
 		return nil, http.StatusBadRequest, "this listener serves several pools and picks one by the JSON body's \"model\"; the body is not a JSON object"
 	}
-	if p := h.byModel[m.Model]; p != nil {
+	model, _ := body.String("model")
+	if p := h.byModel[model]; p != nil {
 		return p, 0, ""
 	}
-	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", m.Model)
+	for i := range h.o.Pools {
+		if s := h.o.Pools[i].Serves; s != nil && s(model) {
+			return &h.o.Pools[i], 0, ""
+		}
+	}
+	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", model)
 }
 
 // rewrite points the outbound request at the exchange's current
@@ -319,13 +354,19 @@ func sameHeaderName(a, b string) bool {
 }
 
 // modifyResponse notes that the backend answered, watches the body it
-// streams, and writes the session tokens of the decision that answered
-// (after a retry, the second one), replacing any a backend set.
+// streams (and, for a stored response, lets the resolver learn its id),
+// writes the session tokens of the decision that answered (after a
+// retry, the second one), replacing any a backend set, and adds its token
+// cookie beside the backend's own cookies.
 func (h *Handler) modifyResponse(resp *http.Response) error {
 	x := exchangeOf(resp.Request)
 	x.answered(resp)
 	for _, t := range x.d.Tokens {
 		resp.Header.Set(t.Name, t.Value)
+	}
+	x.pool.Resolver.Answered(x.d, resp)
+	for _, c := range x.d.Cookies {
+		resp.Header.Add("Set-Cookie", c)
 	}
 	return nil
 }

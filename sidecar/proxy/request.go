@@ -1,16 +1,9 @@
 package proxy
 
-import (
-	"bytes"
-	"encoding/json"
-	"math/rand/v2"
-	"net/http"
-	"strings"
-)
+import "math/rand/v2"
 
 // What the proxy reads from a request for its own use: the request id and
-// trace context the access log carries, and whether the request's target
-// is fixed by state on one backend.
+// trace context the access log carries.
 
 // RequestIDHeader carries a request's id: passed through when the client
 // (the router) sent a usable one, generated and forwarded otherwise, so
@@ -103,23 +96,3 @@ func validTraceparent(tp string) bool {
 }
 
 const zeros = "00000000000000000000000000000000"
-
-// pinnedToState reports whether the request's target is fixed by state
-// that lives on one backend, so that moving it cannot succeed and a
-// failure is reported as it is instead of retried elsewhere: a Responses
-// API request that continues a stored response (previous_response_id)
-// or names one (/v1/responses/{id}, its cancel and input_items).
-func pinnedToState(r *http.Request, body []byte) bool {
-	const responses = "/v1/responses"
-	path := r.URL.Path
-	if strings.HasPrefix(path, responses+"/") {
-		return true
-	}
-	if path != responses || !bytes.Contains(body, []byte(`"previous_response_id"`)) {
-		return false
-	}
-	var req struct {
-		Previous *string `json:"previous_response_id"`
-	}
-	return json.Unmarshal(body, &req) == nil && req.Previous != nil && *req.Previous != ""
-}

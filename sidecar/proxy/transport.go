@@ -23,10 +23,9 @@ const idleConnTimeout = 4 * time.Second
 
 // TransportOptions tune the upstream transport.
 type TransportOptions struct {
+	// DialTimeout bounds connecting (the first-byte timeout is each
+	// attempt's: Pool.FirstByteTimeout or the decision's Timeout).
 	DialTimeout time.Duration
-	// FirstByteTimeout bounds the wait for a backend's response headers
-	// after the request was written; 0 means no limit.
-	FirstByteTimeout time.Duration
 	// Allowed reports whether host:port belongs to a discovered backend.
 	// The transport dials nothing else, whatever a request says.
 	Allowed func(addr string) bool
@@ -49,7 +48,6 @@ func NewTransport(o TransportOptions) *http.Transport {
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       idleConnTimeout,
-		ResponseHeaderTimeout: o.FirstByteTimeout,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,

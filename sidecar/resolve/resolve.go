@@ -21,6 +21,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/outlier"
+	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/token"
@@ -28,6 +29,11 @@ import (
 
 // ErrNoBackend means the pool has no selectable backend (or pair) now.
 var ErrNoBackend = errors.New("no selectable backend")
+
+// ErrUnavailable is wrapped by a Policy's Down error: the pool has no
+// usable definition (its ModelServer was deleted or is invalid). The
+// error says why and names no backend, so the client may see it.
+var ErrUnavailable = errors.New("pool unavailable")
 
 // Extractor finds a request's session key (session.Extractor; tests fake it).
 type Extractor interface {
@@ -77,15 +83,46 @@ type Decision struct {
 	// (pool.sessionToken), for the proxy to set over any a backend set;
 	// empty when the pool has no session tokens.
 	Tokens []Header
+	// Cookies are Set-Cookie values carrying the session token
+	// (pool.sessionToken.cookie), for the proxy to add beside any cookie
+	// the backend set; empty without a token cookie.
+	Cookies []string
+	// Timeout bounds the wait for the backend's response headers (a
+	// ModelServer's trafficPolicy.timeout); 0 leaves it to the transport.
+	Timeout time.Duration
 
+	pol      Policy // the pool's policy the decision was made under
 	storeKey string
 	binding  store.Binding // the binding the request follows, when sticky
 	sticky   bool
+	pinned   bool   // only this backend holds the stored response the request names
+	learn    bool   // the request stores a response: bind its id (Answered)
 	avoid    string // a backend the next pick should avoid (overloaded pin)
 }
 
 // Header is one response header.
 type Header struct{ Name, Value string }
+
+// Policy is what a pool's definition says about its sessions. It may
+// change while the sidecar runs (an edit of the ModelServer that defines
+// the pool), so the resolver reads it once per request: a request sees one
+// policy whole, and the next one the new policy.
+type Policy struct {
+	// Keys finds a request's session key; nil for a pool without
+	// sessionSticky, whose requests are all balanced and bind nothing.
+	Keys Extractor
+	// TTL is the bindings' sliding time to live (and a token cookie's Max-Age).
+	TTL time.Duration
+	// Timeout bounds the wait for a backend's response headers; 0: none
+	// beyond the transport's.
+	Timeout time.Duration
+	// PD says the pool routes to prefill/decode pairs (a ModelServer
+	// with a pdGroup is one).
+	PD bool
+	// Down, when set, fails every request with it: the pool has no
+	// definition now (its ModelServer was deleted, or is invalid).
+	Down error
+}
 
 // Options wires a Resolver. Every field but Now and Log is required.
 type Options struct {
@@ -108,10 +145,21 @@ type Options struct {
 	// StoreKeys turns session keys into store keys; nil: unkeyed SHA-256
 	// (session.StoreKey).
 	StoreKeys *session.KeyHasher
+	// Responses are the Responses API metrics; nil: not exported.
+	Responses *responses.Metrics
+	// ResponseGrace is how long a response id without a binding is looked
+	// up again before it is routed as any request: the time a binding
+	// written by a peer replica may take to arrive (gossip). 0 for stores
+	// where a write is visible to every replica at once (Redis).
+	ResponseGrace time.Duration
 	// Tokens signs the session tokens every decision carries; nil when
 	// the pool has no session tokens. (Keys routes by the tokens of
 	// requests, verified once, by the same codec.)
 	Tokens *token.Codec
+	// Policy, when set, is read on every request and replaces Keys, TTL
+	// and PD (a pool defined by a ModelServer); nil: Keys, TTL and PD are
+	// the policy, Keys nil making the pool non-sticky.
+	Policy func() Policy
 }
 
 // Affinity is the soft-affinity policy (README "Affinity policy"): a pin
@@ -139,8 +187,9 @@ type LoadReader interface {
 
 // Resolver makes the sticky decision for one pool.
 type Resolver struct {
-	o Options
-	m poolMetrics
+	o  Options
+	m  poolMetrics
+	rm responseMetrics
 }
 
 // poolMetrics are the resolver's children of the request-path metrics,
@@ -186,34 +235,59 @@ func New(o Options) *Resolver {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Resolver{o: o, m: newPoolMetrics(o.Metrics, o.Pool)}
+	return &Resolver{o: o, m: newPoolMetrics(o.Metrics, o.Pool), rm: newResponseMetrics(o.Responses, o.Pool)}
 }
 
-// Resolve decides the backend for req. It fails only when no backend is
-// selectable; a store error degrades to balancing without stickiness.
+// Resolve decides the backend for req. It fails when no backend is
+// selectable or the pool is down, and with a *responses.LostError when
+// req names a stored response whose backend is gone; a store error degrades to balancing
+// without stickiness.
 func (r *Resolver) Resolve(ctx context.Context, req *http.Request) (*Decision, error) {
-	return r.withTokens(r.resolve(ctx, req))
+	call := responses.Parse(req)
+	d, err, done := r.resolveCall(ctx, call)
+	if !done {
+		d, err = r.resolve(ctx, req)
+	}
+	if err == nil {
+		d.learn = call.Kind == responses.Create && call.Stores
+	}
+	return r.withTokens(d, err)
+}
+
+// policy is the pool's policy now.
+func (r *Resolver) policy() Policy {
+	if r.o.Policy != nil {
+		return r.o.Policy()
+	}
+	return Policy{Keys: r.o.Keys, TTL: r.o.TTL, PD: r.o.PD}
 }
 
 func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, error) {
+	pol := r.policy()
+	if pol.Down != nil {
+		return nil, pol.Down
+	}
 	set := r.o.Backends.Current()
-	key := r.o.Keys.Extract(req)
+	if pol.Keys == nil {
+		return r.unsticky(set, &Decision{pol: pol, Timeout: pol.Timeout})
+	}
+	key := pol.Keys.Extract(req)
 	if key.Value == "" {
-		return r.unsticky(set, &Decision{})
+		return r.unsticky(set, &Decision{pol: pol, Timeout: pol.Timeout})
 	}
 	// One hash serves the store, the log and /debug/bindings?keyHash=.
 	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
-	d := &Decision{Source: key.Source, KeyHash: sk}
+	d := &Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout}
 	if key.Source == config.SourceToken {
 		return r.fromToken(set, d, key.Token)
 	}
 	d.storeKey = sk
-	b, ok, err := r.o.Store.Lookup(ctx, d.storeKey, r.o.TTL)
+	b, ok, err := r.o.Store.Lookup(ctx, d.storeKey, pol.TTL)
 	if err != nil {
 		return r.storeFailed(set, d, opLookup, err)
 	}
 	if ok {
-		if be, pf, usable := r.usable(set, b); usable {
+		if be, pf, usable := r.usable(set, b, pol.PD); usable {
 			if r.overloaded(set, be, b.Created, b.Gen > 1) {
 				return r.rebind(ctx, set, d, b, ReasonOverload)
 			}
@@ -234,11 +308,17 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 // reached the client (the caller reported the failure to the pool's
 // outlier detection): a new decision avoids that backend, a sticky session
 // is rebound to it (counted under reason), and the caller retries once.
+// A request pinned to d's backend (the stored response it names is there
+// only) is refused with ErrPinned: moving it cannot succeed.
 func (r *Resolver) Retry(ctx context.Context, d *Decision, reason Reason) (*Decision, error) {
+	if d.pinned {
+		return nil, ErrPinned
+	}
 	set := r.o.Backends.Current()
 	// The connection went to d.Backend (the decode half of a PD pair):
 	// that is the backend known to have failed, ejected or not.
-	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, avoid: d.Backend.ID}
+	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, avoid: d.Backend.ID,
+		learn: d.learn, pol: d.pol, Timeout: d.Timeout}
 	if !d.sticky {
 		return r.withTokens(r.unsticky(set, nd))
 	}
@@ -248,15 +328,22 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision, reason Reason) (*Deci
 // withTokens makes a decision carry the session tokens of its placement:
 // the backend (and prefill backend) it goes to, placed at d.Since, valid
 // for the pool's TTL from now. Only a request with a session key (a token
-// included) gets one: a keyless request has no session to keep.
+// included) gets one: a keyless request has no session to keep. Two
+// exceptions: a pool without sessionSticky has no sessions at all, and a
+// pool with a token cookie gives a keyless request one anyway, since for
+// a browser the cookie is the session (HAProxy's "cookie insert").
 func (r *Resolver) withTokens(d *Decision, err error) (*Decision, error) {
 	c := r.o.Tokens
-	if err != nil || c == nil || d.Backend.ID == "" || d.Source == "" {
+	if err != nil || c == nil || d.Backend.ID == "" || d.pol.Keys == nil || (d.Source == "" && c.CookieName() == "") {
 		return d, err
 	}
-	d.Tokens = append(make([]Header, 0, 2), Header{c.Header(), c.Sign(d.Backend.ID, d.Prefill.ID, d.Since)})
+	main := c.Sign(d.Backend.ID, d.Prefill.ID, d.Since)
+	d.Tokens = append(make([]Header, 0, 2), Header{c.Header(), main})
 	if d.Prefill.ID != "" && c.PrefillHeader() != "" {
 		d.Tokens = append(d.Tokens, Header{c.PrefillHeader(), c.Prefill(d.Prefill.ID, d.Since)})
+	}
+	if c.CookieName() != "" {
+		d.Cookies = []string{c.Cookie(main, d.pol.TTL)}
 	}
 	return d, nil
 }
@@ -330,7 +417,7 @@ func (r *Resolver) fromToken(set *discovery.Set, d *Decision, p token.Payload) (
 			return nd, err
 		}
 		var pf discovery.Backend
-		if r.o.PD {
+		if d.pol.PD {
 			if pf, ok = r.find(set.Prefill, p.Prefill); !ok || pf.Group != be.Group {
 				// The pair's prefill half is gone: any prefill of the group.
 				pf, ok = r.o.Balancer.Pick(set.Prefill, func(c discovery.Backend) bool {
@@ -375,13 +462,13 @@ func (r *Resolver) bind(ctx context.Context, set *discovery.Set, d *Decision, nb
 	}
 	nb.Pod, nb.PrefillPod, nb.Created = be.ID, pf.ID, r.o.Now()
 	d.Since = nb.Created
-	won, err := r.o.Store.Create(ctx, d.storeKey, nb, r.o.TTL)
+	won, err := r.o.Store.Create(ctx, d.storeKey, nb, d.pol.TTL)
 	if err != nil {
 		d.Backend, d.Prefill = be, pf
 		return r.storeFailed(set, d, opCreate, err)
 	}
 	if !won.SameTarget(nb) {
-		if wbe, wpf, usable := r.usable(set, won); usable {
+		if wbe, wpf, usable := r.usable(set, won, d.pol.PD); usable {
 			be, pf, nb = wbe, wpf, won
 			d.Since = won.Created
 		}
@@ -421,18 +508,18 @@ func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backe
 	if d.avoid != "" {
 		avoid := d.avoid
 		d.avoid = ""
-		if be, pf, ok = r.pickIf(set, "", func(b discovery.Backend) bool { return b.ID != avoid }); ok {
+		if be, pf, ok = r.pickIf(set, d.pol.PD, "", func(b discovery.Backend) bool { return b.ID != avoid }); ok {
 			return be, pf, ok
 		}
 	}
-	return r.pickIf(set, d.storeKey, func(discovery.Backend) bool { return true })
+	return r.pickIf(set, d.pol.PD, d.storeKey, func(discovery.Backend) bool { return true })
 }
 
-func (r *Resolver) pickIf(set *discovery.Set, key string, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
+func (r *Resolver) pickIf(set *discovery.Set, pd bool, key string, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
 	live := func(b discovery.Backend) bool { return !r.o.Outliers.Ejected(b.ID) && also(b) }
 	// By the session's store key, so replicas (and this one while the
 	// store is down) propose the same backend; without a key, by load.
-	if r.o.PD {
+	if pd {
 		return r.o.Balancer.PlacePair(key, set.Backends, set.Prefill, live)
 	}
 	be, ok = r.o.Balancer.Place(key, set.Backends, live)
@@ -440,14 +527,15 @@ func (r *Resolver) pickIf(set *discovery.Set, key string, also func(discovery.Ba
 }
 
 // usable resolves a binding against the current set: every backend it names
-// must be selectable, not ejected, and in the life it was bound in (a
-// binding older than the backend's Since predates a restart or a NotReady
-// period and is not resurrected).
-func (r *Resolver) usable(set *discovery.Set, b store.Binding) (be, pf discovery.Backend, ok bool) {
+// must be selectable now (present, not terminating, Ready), not ejected,
+// and in the run it was bound in: a binding older than the backend's Since
+// predates a restart of its server (or a recreated pod, a new ID) and is
+// not resurrected. A readiness blip moves no Since, so it keeps the pin.
+func (r *Resolver) usable(set *discovery.Set, b store.Binding, pd bool) (be, pf discovery.Backend, ok bool) {
 	if be, ok = r.current(set, b.Pod, b.Created); !ok {
 		return be, pf, false
 	}
-	if r.o.PD {
+	if pd {
 		if pf, ok = r.current(set, b.PrefillPod, b.Created); !ok || pf.Group != be.Group {
 			return be, pf, false
 		}

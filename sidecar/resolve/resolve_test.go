@@ -175,21 +175,6 @@ func TestRebindWhenBoundBackendLeaves(t *testing.T) {
 	}
 }
 
-func TestBindingOlderThanBackendLifeIsStale(t *testing.T) {
-	src := newSource(be("a"))
-	f := newFixture(t, nil, src, false)
-	f.resolve(t, "s1")
-	// "a" goes NotReady and comes back: discovery reports a later Since.
-	f.now = f.now.Add(5 * time.Second)
-	back := be("a")
-	back.Since = f.now
-	src.put([]discovery.Backend{back, be("b")}, nil)
-	d := f.resolve(t, "s1")
-	if d.Outcome != Rebind {
-		t.Fatalf("binding from before the backend's current life was used: %+v", d)
-	}
-}
-
 // TestRetryRebindsAway: a retry goes to another backend and rebinds the
 // session there; while the failed backend is ejected no session goes to
 // it, and the sessions still bound to it rebind with reason "ejected".

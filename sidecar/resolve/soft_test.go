@@ -3,6 +3,8 @@ package resolve
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -250,5 +252,26 @@ func TestDecisionCarriesTokens(t *testing.T) {
 	f.r.o.Tokens = nil
 	if d := f.resolve(t, "s1"); len(d.Tokens) != 0 {
 		t.Fatalf("tokens without a codec: %+v", d.Tokens)
+	}
+}
+
+// TestDecisionCarriesTokenCookie: with a token cookie the decision also
+// carries the Set-Cookie of the main token, Max-Age the policy's TTL.
+func TestDecisionCarriesTokenCookie(t *testing.T) {
+	f := newFixture(t, nil, newSource(be("a")), false)
+	key := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	codec, err := token.New("ns/pool", 5*time.Minute, &config.SessionToken{Header: "x-session-token", KeyFile: key,
+		Cookie: &config.TokenCookie{Name: "sid", SameSite: config.SameSiteLax}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.r.o.Tokens = codec
+	d := f.resolve(t, "s1")
+	want := "sid=" + d.Tokens[0].Value + "; Path=/; Max-Age=60; HttpOnly; SameSite=Lax"
+	if len(d.Cookies) != 1 || d.Cookies[0] != want {
+		t.Fatalf("cookies %q, want [%q]", d.Cookies, want)
 	}
 }

@@ -299,59 +299,61 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// TestPinnedToStateIsNotMoved: a request whose target is fixed by state on
-// its backend (a Responses API id) is not retried elsewhere: moving it
-// cannot succeed, so its failure is reported as it is.
-func TestPinnedToStateIsNotMoved(t *testing.T) {
-	bs := startBackends(t, 1)
-	dead := deadAddr(t)
-	sc := startSidecar(t, configFor("default/m", []string{dead, bs[0].addr()}, `[{type: Header, name: X-Session-ID}]`,
-		"proxy: {outlierDetection: {maxEjectionPercent: 100}}"))
-	cases := []struct{ method, path, body string }{
-		{"GET", "/v1/responses/resp_abc", ""},
-		{"POST", "/v1/responses", `{"model":"m","previous_response_id":"resp_abc","input":"next"}`},
+// TestPinnedResponseIsNotMoved: a request the resolver routes to the
+// backend holding the stored response it names (a Responses API id tether
+// bound) is not retried elsewhere when that backend fails before
+// answering: moving it cannot succeed, so its failure is reported as it
+// is. Outlier detection is off, so the crashed backend stays selectable
+// and each request reaches it; a request without state is retried.
+func TestPinnedResponseIsNotMoved(t *testing.T) {
+	bs := startBackends(t, 2)
+	sc := startSidecar(t, configFor("default/m", addrs(bs), `[{type: Header, name: X-Session-ID}]`,
+		"proxy: {outlierDetection: {enabled: false}}"))
+	base := sc.url("default/m", "")
+	first := respond(t, base, map[string]any{"input": "hello"}, false)
+	holder := simByID(bs, first.backend)
+	if first.status != http.StatusOK || first.id == "" || holder == nil {
+		t.Fatalf("first response: %+v", first)
 	}
-	for i, c := range cases {
-		// Find a session bound to the dead backend: its first turn there
-		// fails too (pinned), and ejects it; restart the search with the
-		// ejection over.
-		sc2 := sc
-		if i > 0 {
-			sc2 = startSidecar(t, configFor("default/m", []string{dead, bs[0].addr()}, `[{type: Header, name: X-Session-ID}]`,
-				"proxy: {outlierDetection: {maxEjectionPercent: 100}}"))
+	holder.srv.Close() // crashed: its connections close, new ones are refused
+	for _, c := range []struct {
+		what string
+		send func() turn
+	}{
+		{"GET /v1/responses/{id}", func() turn { return responseByID(t, base, "GET", first.id, "") }},
+		{"previous_response_id", func() turn {
+			return respond(t, base, map[string]any{"input": "next", "previous_response_id": first.id}, false)
+		}},
+	} {
+		got := c.send()
+		if got.status != http.StatusBadGateway || got.backend != "" {
+			t.Fatalf("%s on the crashed holder: %+v, want 502 without a retry", c.what, got)
 		}
-		var got *http.Response
-		for j := 0; got == nil; j++ {
-			if j == 50 {
-				t.Fatalf("%s %s never went to the dead backend", c.method, c.path)
-			}
-			req, _ := http.NewRequest(c.method, sc2.url("default/m", c.path), strings.NewReader(c.body))
-			req.Header.Set("X-Session-ID", fmt.Sprint("pinned-", j))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.Header.Get("X-Modelsim-Id") == "" {
-				got = resp
-			}
-		}
-		if got.StatusCode != http.StatusBadGateway {
-			t.Fatalf("%s %s on the dead backend: %d, want 502 without a retry", c.method, c.path, got.StatusCode)
-		}
-		logs := sc2.accessLogs(t)
+		logs := sc.accessLogs(t)
 		last := logs[len(logs)-1]
-		if !last.Pinned || last.Retried || last.SelectedPod != dead {
-			t.Fatalf("%s %s: access log %+v, want pinned, not retried", c.method, c.path, last)
-		}
-		if got := sc2.metric(t, "tether_upstream_retries_total", "reason", "connect_failed"); got != 0 {
-			t.Fatalf("retries = %v", got)
+		if !last.Pinned || last.Retried || last.SelectedPod != holder.addr() {
+			t.Fatalf("%s: access log %+v, want pinned to %s, not retried", c.what, last, holder.addr())
 		}
 	}
-	// Without state the same failure is retried.
-	r := chat(t, sc.url("default/m", "/v1/chat/completions"), conversation(1), func(r *http.Request) { r.Header.Set("X-Session-ID", "free") })
-	if r.status != 200 {
-		t.Fatalf("chat completion: %d", r.status)
+	for _, reason := range []string{"connect_failed", "empty_response"} {
+		if got := sc.metric(t, "tether_upstream_retries_total", "reason", reason); got != 0 {
+			t.Fatalf("retries{reason=%s} = %v, want 0", reason, got)
+		}
+	}
+	// Without state the same failure is retried: a session placed on the
+	// crashed backend is answered by the other.
+	for j := 0; ; j++ {
+		if j == 50 {
+			t.Fatal("no session was placed on the crashed backend")
+		}
+		r := chat(t, sc.url("default/m", "/v1/chat/completions"), conversation(1), func(r *http.Request) { r.Header.Set("X-Session-ID", fmt.Sprint("free-", j)) })
+		logs := sc.accessLogs(t)
+		if last := logs[len(logs)-1]; last.Retried {
+			if r.status != http.StatusOK || last.FailedPod != holder.addr() {
+				t.Fatalf("retried session: %d, access log %+v", r.status, last)
+			}
+			break
+		}
 	}
 }
 

@@ -79,13 +79,20 @@ type sidecar struct {
 // waits until it is ready.
 func startSidecar(t testing.TB, doc string, opts ...func(*server.Deps)) *sidecar {
 	t.Helper()
-	cfg, err := config.Parse([]byte(doc))
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
 	var deps server.Deps
 	for _, o := range opts {
 		o(&deps)
+	}
+	return startSidecarWith(t, doc, deps)
+}
+
+// startSidecarWith is startSidecar with Kubernetes clients (fakes) and
+// the pod's identity.
+func startSidecarWith(t testing.TB, doc string, deps server.Deps) *sidecar {
+	t.Helper()
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("config: %v", err)
 	}
 	logs := &testkit.SyncBuffer{}
 	hopts := &slog.HandlerOptions{}

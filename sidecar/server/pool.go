@@ -2,6 +2,8 @@ package server
 
 import (
 	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
@@ -11,9 +13,11 @@ import (
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/loadscrape"
 	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/modelserver"
 	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/token"
@@ -27,6 +31,8 @@ type poolDeps struct {
 	metrics *metrics.Metrics
 	scrapes *http.Client
 	keys    *session.KeyHasher
+	// responses are the Responses API routing metrics.
+	responses *responses.Metrics
 }
 
 // poolView is what the debug listener shows of a pool.
@@ -45,20 +51,48 @@ type poolView struct {
 // long-running parts join s.background.
 func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 	log := s.log.With("pool", pc.Name)
-	src, err := s.newSource(pc, sh.deps, s.log)
+	var claims session.ClaimReader
+	if sh.claims != nil {
+		claims = sh.claims // never a typed nil in the interface
+	}
+	var extractOpts []session.Option
+	var codec *token.Codec
+	if tc := pc.SessionToken; tc != nil {
+		var err error
+		// Tokens expire the pool's TTL after they are issued. A
+		// ModelServer's TTL is known only at run time and may change, so
+		// its pool's tokens carry no expiry (ttl 0).
+		if codec, err = token.New(pc.Name, pc.SessionSticky.TTL(), tc); err != nil {
+			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
+		}
+		extractOpts = append(extractOpts, session.WithTokens(codec))
+	}
+	keys := func(ss *config.SessionSticky) resolve.Extractor {
+		return session.NewExtractor(ss.Sources, claims, extractOpts...)
+	}
+	var (
+		src     discovery.Source
+		defined *modelserver.Source // the pool's ModelServer, when it has one
+		err     error
+	)
+	if ref := pc.Backends.ModelServer; ref != nil {
+		defined, err = s.newModelServerSource(*pc, *ref, sh, keys, codec != nil)
+		src = defined
+	} else {
+		src, err = s.newSource(pc, sh.deps, s.log)
+	}
 	if err != nil {
 		return proxy.Pool{}, err
 	}
-	pp := s.cfg.ProxyFor(pc)
+	tuning := s.cfg.ProxyFor(pc)
 	outliers := outlier.New(outlier.Options{
-		Pool: pc.Name, Config: *pp.OutlierDetection, Reg: s.reg, Log: log,
+		Pool: pc.Name, Config: *tuning.OutlierDetection, Reg: s.reg, Log: log,
 		// The decode half is what requests connect to, and what is ejected.
 		Size: func() int { return len(src.Current().Backends) },
 	})
 	transport := proxy.NewTransport(proxy.TransportOptions{
-		DialTimeout:      s.cfg.Proxy.DialTimeout.Duration,
-		FirstByteTimeout: pp.FirstByteTimeout.Duration,
-		Allowed:          s.discovered,
+		DialTimeout: s.cfg.Proxy.DialTimeout.Duration,
+		Allowed:     s.discovered,
 	})
 	s.closers = append(s.closers, transport.CloseIdleConnections)
 	s.sources[pc.Name] = src
@@ -84,28 +118,50 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 	}
 	bal := balance.New(balOpts...)
 	view.bal = bal
-	var claims session.ClaimReader
-	if sh.claims != nil {
-		claims = sh.claims // never a typed nil in the interface
-	}
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
 		Store: sh.store, Backends: src, Balancer: bal, Outliers: outliers, Metrics: sh.metrics,
-		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, StoreKeys: sh.keys,
+		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, Tokens: codec, StoreKeys: sh.keys,
+		Responses: sh.responses,
 	}
-	var extractOpts []session.Option
-	if tc := pc.SessionToken; tc != nil {
-		codec, err := token.New(pc.Name, pc.SessionSticky.TTL(), tc)
-		if err != nil {
-			return proxy.Pool{}, fmt.Errorf("pools[%s].%w", pc.Name, err)
-		}
-		extractOpts = append(extractOpts, session.WithTokens(codec))
-		ro.Tokens = codec
+	if s.cfg.Store.Backend == config.StoreGossip {
+		ro.ResponseGrace = responseGrace
 	}
-	ro.Keys = session.NewExtractor(pc.SessionSticky.Sources, claims, extractOpts...)
-	return proxy.Pool{
-		Name: pc.Name, Models: pc.Models, Resolver: resolve.New(ro), Balancer: bal,
+	if pc.SessionSticky != nil {
+		ro.Keys = keys(pc.SessionSticky)
+	}
+	pp := proxy.Pool{
+		Name: pc.Name, Models: pc.Models, Balancer: bal,
 		Outliers: outliers, Transport: transport,
-		PrefillHeader: pc.Backends.PrefillHeader, StripHeaders: pc.RoutingHeaders(),
-	}, nil
+		// A ModelServer's trafficPolicy.timeout, when it sets one, is the
+		// decision's Timeout and overrides this per request.
+		FirstByteTimeout: tuning.FirstByteTimeout.Duration,
+		PrefillHeader:    pc.Backends.PrefillHeader,
+		StripHeaders:     pc.RoutingHeaders(),
+	}
+	if defined != nil {
+		// The ModelServer says whether the pool is PD (pdGroup), its
+		// sessions' policy and its model; each may change with the object.
+		ro.Policy, pp.Serves = defined.Policy, defined.Serves
+	}
+	pp.Resolver = resolve.New(ro)
+	return pp, nil
+}
+
+// newModelServerSource follows the pool's ModelServer: its pods, its
+// sessions' policy and its model.
+func (s *Server) newModelServerSource(pc config.Pool, ref config.ModelServerRef, sh poolDeps,
+	keys func(*config.SessionSticky) resolve.Extractor, haveTokens bool) (*modelserver.Source, error) {
+	if sh.deps.Kube == nil || sh.deps.Dynamic == nil {
+		return nil, fmt.Errorf("pools[%s].backends.modelServer: needs a Kubernetes client", pc.Name)
+	}
+	src, err := modelserver.New(modelserver.Options{
+		Pool: pc.Name, Ref: ref, Namespace: sh.deps.Namespace, Dynamic: sh.deps.Dynamic, Kube: sh.deps.Kube,
+		Keys: keys, HaveJWT: sh.claims != nil, HaveTokens: haveTokens,
+		Reg: prometheus.WrapRegistererWith(prometheus.Labels{"pool": pc.Name}, s.reg), Log: s.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pools[%s].backends.modelServer: %w", pc.Name, err)
+	}
+	return src, nil
 }

@@ -202,7 +202,7 @@ func TestForwardedForAndRoutingHeaderSpellings(t *testing.T) {
 	req.Header.Set("X-Forwarded-Proto", "https")
 	for _, name := range []string{
 		"x_gateway_destination_endpoint", "x_prefiller_host_port", "x_session_token", "X_Session-Token",
-		"x-prefill_session_token", "x-gateway-destination-endpoint", "X-Prefiller-Host-Port",
+		"x-session_token-prefill", "x-gateway-destination-endpoint", "X-Prefiller-Host-Port",
 	} {
 		req.Header[name] = []string{"10.0.0.9:8000"}
 	}
@@ -222,7 +222,7 @@ func TestForwardedForAndRoutingHeaderSpellings(t *testing.T) {
 	}
 	for name, v := range got {
 		n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
-		for _, routing := range []string{"x-gateway-destination-endpoint", "x-prefiller-host-port", "x-session-token", "x-prefill-session-token"} {
+		for _, routing := range []string{"x-gateway-destination-endpoint", "x-prefiller-host-port", "x-session-token", "x-session-token-prefill"} {
 			if n == routing {
 				t.Errorf("routing header %s: %v reached the backend", name, v)
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tetherproxy/tether/sidecar/config"
@@ -22,6 +23,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
+	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 )
@@ -31,6 +33,9 @@ type Deps struct {
 	// Kube is the Kubernetes client, needed by kubernetes discovery and the
 	// gossip store's kubernetes peer discovery; nil otherwise.
 	Kube kubernetes.Interface
+	// Dynamic reads custom resources (the ModelServers of pools with
+	// backends.modelServer); nil otherwise.
+	Dynamic dynamic.Interface
 	// Namespace, PodName and PodIP are the sidecar's own pod (main reads
 	// them from the downward-API env POD_NAMESPACE, POD_NAME and POD_IP):
 	// the default namespace of discovery, the gossip member name and the
@@ -132,6 +137,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	shared := poolDeps{
 		deps: deps, store: st, claims: claims, metrics: metrics.New(s.reg),
 		scrapes: &http.Client{Transport: scrapeTransport}, keys: s.keys,
+		responses: responses.NewMetrics(s.reg),
 	}
 	listenerMetrics := newListenerMetrics(s.reg)
 	var lpools []limitPool
@@ -147,9 +153,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			names = append(names, pp.Name)
 			lpools = append(lpools, limitPool{ttl: cfg.Pools[i].SessionSticky.TTL(), src: s.sources[pp.Name]})
 		}
+		fields, err := bodyFields(cfg, l)
+		if err != nil {
+			return nil, err
+		}
 		h := proxy.New(proxy.Options{
 			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes, BodyReadTimeout: cfg.Proxy.BodyReadTimeout.Duration,
-			Metrics: shared.metrics, AccessLog: log,
+			Metrics: shared.metrics, AccessLog: log, Body: fields,
 		})
 		active, shed := listenerMetrics.of(l.Addr)
 		s.listeners = append(s.listeners, &listener{pools: names, srv: &http.Server{

@@ -1,5 +1,5 @@
 // Package session reads a request's session key: a pool's sources
-// (Header, Query, Cookie, JWTClaim, Token) tried in order, the first
+// (Header, Query, Cookie, JWTClaim, Token, Body) tried in order, the first
 // non-empty value winning, and hashes it into the store key that stands in
 // for it everywhere else (StoreKey). It knows no stores and no backends:
 // the resolver turns the Key into a decision.
@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/token"
 )
 
@@ -43,7 +45,10 @@ type Option func(*Extractor)
 
 // WithTokens lets Token sources yield keys: a token the codec verifies,
 // so a forged or foreign token falls through to the next source. Without
-// it Token sources never yield.
+// it Token sources never yield. When the codec names a token cookie, the
+// cookie is read back as one more Token source, right after the pool's
+// Token sources (first when it has none): a browser sends it on every
+// request.
 func WithTokens(c *token.Codec) Option { return func(e *Extractor) { e.tokens = c } }
 
 // Key is what a request's sources yielded.
@@ -64,7 +69,8 @@ type Extractor struct {
 	sources []source
 	claims  ClaimReader
 	tokens  *token.Codec
-	multi   bool // claims implements MultiClaimReader
+	prefill string // canonical key of the tokens' prefill header; "" without tokens
+	multi   bool   // claims implements MultiClaimReader
 	// jwtNames lists the claim names of the JWTClaim sources in order;
 	// each JWTClaim source knows its index here.
 	jwtNames []string
@@ -74,6 +80,9 @@ type source struct {
 	typ  config.SourceType
 	name string // canonical header key for Header sources
 	jwt  int    // index into jwtNames for JWTClaim sources
+	// cookie marks the token cookie's source (typ is SourceToken, name
+	// the cookie's).
+	cookie bool
 }
 
 // NewExtractor prepares sources (validated by config) for extraction.
@@ -94,11 +103,25 @@ func NewExtractor(sources []config.Source, claims ClaimReader, opts ...Option) *
 		case config.SourceJWTClaim:
 			src.jwt = len(e.jwtNames)
 			e.jwtNames = append(e.jwtNames, s.Name)
-		case config.SourceQuery, config.SourceCookie:
+		case config.SourceQuery, config.SourceCookie, config.SourceBody:
 		default:
 			continue // config.Validate rejects it; never match it here
 		}
 		e.sources = append(e.sources, src)
+	}
+	if e.tokens != nil {
+		if h := e.tokens.PrefillHeader(); h != "" {
+			e.prefill = textproto.CanonicalMIMEHeaderKey(h)
+		}
+		if name := e.tokens.CookieName(); name != "" {
+			at := 0
+			for i, s := range e.sources {
+				if s.typ == config.SourceToken {
+					at = i + 1
+				}
+			}
+			e.sources = slices.Insert(e.sources, at, source{typ: config.SourceToken, name: name, cookie: true})
+		}
 	}
 	return e
 }
@@ -114,7 +137,12 @@ func NewExtractor(sources []config.Source, claims ClaimReader, opts ...Option) *
 // from the `Authorization: Bearer` token (scheme case-insensitive) only if
 // the ClaimReader verified it; a Token source reads header Name like a
 // Header source but only a token the codec verifies (the key is then the
-// token, and Key.Token its payload). Values longer than MaxKeyBytes are
+// token, and Key.Token its payload, whose prefill half a token naming none
+// takes from the prefill token header); the token cookie is a Token
+// source read from the cookie; a Body source reads the string at
+// its dotted path in the JSON body the proxy buffered (reqbody: scanned
+// once per request for every field the listener reads; other JSON types
+// yield nothing). Values longer than MaxKeyBytes are
 // absent. The query string and the bearer token are each parsed at most
 // once, and a token's MAC is checked once.
 func (e *Extractor) Extract(r *http.Request) Key {
@@ -134,9 +162,9 @@ func (e *Extractor) Extract(r *http.Request) Key {
 			}
 		case config.SourceToken:
 			// Verify rejects tokens over token.MaxTokenBytes (< MaxKeyBytes).
-			if vs := r.Header[s.name]; len(vs) > 0 && e.tokens != nil {
-				if p, ok := e.tokens.Verify(vs[0]); ok {
-					return Key{Value: vs[0], Source: s.typ, Token: p}
+			if tok := e.token(r, s); tok != "" {
+				if p, ok := e.tokens.Verify(tok); ok {
+					return Key{Value: tok, Source: s.typ, Token: e.withPrefill(r, p)}
 				}
 			}
 		case config.SourceQuery:
@@ -157,6 +185,8 @@ func (e *Extractor) Extract(r *http.Request) Key {
 			if cs := r.CookiesNamed(s.name); len(cs) > 0 {
 				v = cs[0].Value
 			}
+		case config.SourceBody:
+			v, _ = reqbody.FromContext(r.Context()).String(s.name)
 		case config.SourceJWTClaim:
 			if !jwtDone {
 				jwtDone = true
@@ -174,6 +204,40 @@ func (e *Extractor) Extract(r *http.Request) Key {
 		}
 	}
 	return Key{}
+}
+
+// token is the raw value of a Token source: its header's first value, or
+// the token cookie's; "" when absent or without a codec to verify it.
+func (e *Extractor) token(r *http.Request, s source) string {
+	if e.tokens == nil {
+		return ""
+	}
+	if s.cookie {
+		if cs := r.CookiesNamed(s.name); len(cs) > 0 {
+			return cs[0].Value
+		}
+		return ""
+	}
+	if vs := r.Header[s.name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// withPrefill completes a token that names no prefill backend (llm-d's
+// token names one pod) with the prefill token the request carries in the
+// prefill header (llm-d's x-session-token-prefill): its backend is the
+// pair's prefill half. A signed tether token already names both halves.
+func (e *Extractor) withPrefill(r *http.Request, p token.Payload) token.Payload {
+	if p.Prefill != "" || e.prefill == "" {
+		return p
+	}
+	if vs := r.Header[e.prefill]; len(vs) > 0 {
+		if pf, ok := e.tokens.Verify(vs[0]); ok {
+			p.Prefill = pf.Backend
+		}
+	}
+	return p
 }
 
 // readClaims finds the bearer token and, when the reader can, verifies

@@ -1,12 +1,18 @@
 package session
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/jsonscan"
+	"github.com/tetherproxy/tether/sidecar/reqbody"
 )
 
 // FuzzExtract builds requests from arbitrary header, query, cookie and
@@ -69,6 +75,43 @@ func FuzzExtract(f *testing.F) {
 		}
 		if !slices.Contains(from, key) {
 			t.Fatalf("%s key %q is none of the request's values %q", typ, key, from)
+		}
+	})
+}
+
+// FuzzBodySource: a Body source yields the string encoding/json finds at
+// its path in the body, within MaxKeyBytes, or nothing.
+func FuzzBodySource(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"session_id":"s-1"},"user":"u"}`), "metadata.session_id")
+	f.Add([]byte(`{"prompt_cache_key":"k","prompt_cache_key":7}`), "prompt_cache_key")
+	f.Add([]byte(`{"user":"\u00e9\ud800"}`), "user")
+	f.Fuzz(func(t *testing.T, body []byte, path string) {
+		if jsonscan.ValidatePath(path) != nil {
+			return
+		}
+		fields, err := reqbody.NewFields(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &http.Request{Header: http.Header{}, URL: &url.URL{}}
+		r = r.WithContext(reqbody.NewContext(context.Background(), fields.Of(body)))
+		k := NewExtractor([]config.Source{{Type: config.SourceBody, Name: path}}, nil).Extract(r)
+		var want string
+		var doc any
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber() // a valid 1e700 does not fit a float64
+		if dec.Decode(&doc) == nil && json.Valid(body) {
+			v := doc
+			for _, seg := range strings.Split(path, ".") {
+				m, _ := v.(map[string]any)
+				v = m[seg]
+			}
+			if s, ok := v.(string); ok && len(s) <= MaxKeyBytes {
+				want = s
+			}
+		}
+		if k.Value != want || (want != "") != (k.Source == config.SourceBody) {
+			t.Fatalf("key %q from %s, want %q", k.Value, k.Source, want)
 		}
 	})
 }

@@ -62,6 +62,7 @@ type Codec struct {
 	cur, prev             []byte
 	allowUnsigned         bool
 	header, prefillHeader string
+	cookie                cookie
 	// ttl is how long a token is valid after it is issued; 0: forever
 	// (tests of the format). now is the clock.
 	ttl time.Duration
@@ -84,6 +85,7 @@ func New(pool string, ttl time.Duration, cfg *config.SessionToken) (*Codec, erro
 	}
 	c := NewWithKeys(pool, cur, prev, cfg.AllowUnsigned).WithTTL(ttl, nil)
 	c.header, c.prefillHeader = cfg.Header, cfg.PrefillHeader
+	c.cookie = cookieOf(cfg.Cookie)
 	return c, nil
 }
 
@@ -121,7 +123,8 @@ func NewWithKeys(pool string, cur, prev []byte, allowUnsigned bool) *Codec {
 // Token sources read back).
 func (c *Codec) Header() string { return c.header }
 
-// PrefillHeader is the response header of a PD pair's prefill token.
+// PrefillHeader is the header of a PD pair's prefill token, written to
+// responses and read back from requests (llm-d's x-session-token-prefill).
 func (c *Codec) PrefillHeader() string { return c.prefillHeader }
 
 // Sign returns the token of backend (and prefill, in PD pools), placed at since.

@@ -181,3 +181,39 @@ func FuzzVerify(f *testing.F) {
 }
 
 func valid(c *Codec, tok string) bool { _, ok := c.Verify(tok); return ok }
+
+// TestCookie: the token cookie is HttpOnly, Path=/, with Max-Age = the
+// pool's TTL and the configured Secure and SameSite.
+func TestCookie(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, keyA, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cookie *config.TokenCookie
+		want   string
+	}{
+		{nil, ""},
+		{&config.TokenCookie{Name: "tether-session", SameSite: config.SameSiteLax}, "tether-session=TOK; Path=/; Max-Age=300; HttpOnly; SameSite=Lax"},
+		{&config.TokenCookie{Name: "sid", SameSite: config.SameSiteStrict}, "sid=TOK; Path=/; Max-Age=300; HttpOnly; SameSite=Strict"},
+		{&config.TokenCookie{Name: "sid", Secure: true, SameSite: config.SameSiteNone}, "sid=TOK; Path=/; Max-Age=300; HttpOnly; Secure; SameSite=None"},
+	} {
+		c, err := New("p", 5*time.Minute, &config.SessionToken{KeyFile: key, Cookie: tc.cookie})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.cookie == nil {
+			if c.CookieName() != "" {
+				t.Fatalf("no cookie configured, CookieName = %q", c.CookieName())
+			}
+			continue
+		}
+		if c.CookieName() != tc.cookie.Name {
+			t.Fatalf("CookieName = %q", c.CookieName())
+		}
+		if got := c.Cookie("TOK", 5*time.Minute); got != tc.want {
+			t.Fatalf("Cookie = %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -21,6 +21,7 @@ name, unless it does not contain the name, in which case "<release>-<name>". */}
 
 {{- define "tether.injector" -}}{{ include "tether.fullname" . }}-injector{{- end -}}
 {{- define "tether.sidecarRole" -}}{{ include "tether.fullname" . }}-sidecar{{- end -}}
+{{- define "tether.modelServerRole" -}}{{ include "tether.fullname" . }}-sidecar-modelservers{{- end -}}
 {{- define "tether.tlsSecret" -}}{{ include "tether.injector" . }}-tls{{- end -}}
 {{- define "tether.test" -}}{{ include "tether.fullname" . }}-test{{- end -}}
 

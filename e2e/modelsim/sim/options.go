@@ -22,6 +22,9 @@ const (
 	DefaultMaxTokens   = 16   // output tokens when the request names none
 	MaxOutputTokens    = 4096 // larger max_tokens are clamped to this
 	MaxBodyBytes       = 16 << 20
+	// DefaultMaxStoredResponses bounds the Responses API's store (vLLM's
+	// is unbounded; a simulator that runs for days should not be).
+	DefaultMaxStoredResponses = 10000
 )
 
 // Options configure a simulated server. Zero values take the defaults above.
@@ -54,6 +57,9 @@ type Options struct {
 	// Model is the served model name (responses, /v1/models, the model_name
 	// label of every metric). Requests naming another model are still served.
 	Model string
+	// MaxStoredResponses bounds the stored responses of the Responses
+	// API; the oldest are forgotten beyond it.
+	MaxStoredResponses int
 	// Logger receives one line per finished completion request; nil discards.
 	Logger *slog.Logger
 	// Fault, if set, fails every completion request from the start
@@ -84,6 +90,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.DecodePerToken < 0 {
 		o.DecodePerToken = 0
+	}
+	if o.MaxStoredResponses <= 0 {
+		o.MaxStoredResponses = DefaultMaxStoredResponses
 	}
 	if o.maxBody <= 0 {
 		o.maxBody = MaxBodyBytes

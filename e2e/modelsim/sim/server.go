@@ -30,6 +30,8 @@ type Server struct {
 	mu    sync.Mutex // guards cache
 	cache *prefixCache
 
+	responses *responseStore // the Responses API's stored responses
+
 	laneMu   sync.Mutex // guards laneFree
 	laneFree time.Time  // SerialPrefill: when the prefill lane is next idle
 
@@ -46,11 +48,12 @@ type Server struct {
 func New(o Options) *Server {
 	o.setDefaults()
 	s := &Server{
-		opts:    o,
-		timing:  newTiming(o.PrefillPerToken, o.DecodePerToken),
-		queue:   &admission{max: o.MaxRunning},
-		cache:   newPrefixCache(o.CacheBlocks),
-		created: time.Now().Unix(),
+		opts:      o,
+		timing:    newTiming(o.PrefillPerToken, o.DecodePerToken),
+		queue:     &admission{max: o.MaxRunning},
+		cache:     newPrefixCache(o.CacheBlocks),
+		created:   time.Now().Unix(),
+		responses: &responseStore{m: map[string]*stored{}, max: o.MaxStoredResponses},
 	}
 	s.metrics = newMetrics(s)
 	s.SetFault(o.Fault)
@@ -62,16 +65,22 @@ func New(o Options) *Server {
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "use "+method+" for "+path)
 		})
 	}
-	route("POST", "/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		if !s.failed(w, r) {
-			s.complete(w, r, Chat)
+	// Completion-like routes (the Responses API's included) fail under
+	// the current fault; the others keep answering.
+	faulty := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !s.failed(w, r) {
+				h(w, r)
+			}
 		}
-	})
-	route("POST", "/v1/completions", func(w http.ResponseWriter, r *http.Request) {
-		if !s.failed(w, r) {
-			s.complete(w, r, Completion)
-		}
-	})
+	}
+	route("POST", "/v1/chat/completions", faulty(func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Chat) }))
+	route("POST", "/v1/completions", faulty(func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Completion) }))
+	mux.HandleFunc("POST /v1/responses", faulty(s.createResponse))
+	mux.HandleFunc("GET /v1/responses/{id}", faulty(s.getResponse))
+	mux.HandleFunc("DELETE /v1/responses/{id}", faulty(s.deleteResponse))
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", faulty(s.cancelResponse))
+	mux.HandleFunc("GET /v1/responses/{id}/input_items", faulty(s.inputItems))
 	route("GET", "/v1/models", s.models)
 	route("GET", "/health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	route("GET", "/metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP)

@@ -62,7 +62,7 @@ func backendOf(pod *corev1.Pod, sel config.KubeSelector, groupLabel string) (dis
 		Name:  name,
 		Addr:  net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)),
 		Group: group,
-		Since: since(pod),
+		Since: since(pod, port),
 	}, true
 }
 
@@ -81,16 +81,58 @@ func namedPort(pod *corev1.Pod, name string) int {
 	return 0
 }
 
-// since is when the pod's current ready period began: the Ready condition's
-// lastTransitionTime, which every replica reads identically from the API.
-// The API stores it at one-second precision, truncated; a binding made in
-// the same second as a NotReady→Ready flap may therefore survive the flap.
-// Rounding up instead would invalidate fresh bindings on every newly ready
-// pod, which moves live sessions: the lesser evil is the rare survivor.
-// Without a transition time the pod's creation time is the safe bound.
-func since(pod *corev1.Pod) time.Time {
-	if c := readyCondition(pod); c != nil && !c.LastTransitionTime.IsZero() {
-		return c.LastTransitionTime.Time
+// since is when the pod's model server began its current run: the latest
+// state.running.startedAt of its serving containers (those that declare
+// port; every app container when none does), which the kubelet writes
+// and every replica reads identically from the API. A container restart
+// (its restartCount goes up, startedAt moves) means a cold cache, so a
+// binding made before since is stale; a recreated pod has a new UID and
+// so is another backend altogether. A readiness blip (NotReady and Ready
+// again, probes timing out under load) moves neither, so the sessions the
+// server still holds in its cache keep their pins, as Kthena's do; while
+// the pod is not ready it is not selectable, and a turn in that window
+// rebinds.
+//
+// The API stores startedAt at one-second precision, truncated: a binding
+// made in the second of a restart but before it may survive the restart.
+// Rounding up instead would invalidate fresh bindings on every newly
+// started pod, which moves live sessions: the lesser evil is the rare
+// survivor. Without a running container status (a pod written by hand)
+// the pod's creation time is the bound.
+func since(pod *corev1.Pod, port int) time.Time {
+	serving := servingContainers(pod, port)
+	var t time.Time
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
+		for _, cs := range list {
+			if r := cs.State.Running; r != nil && serving[cs.Name] && r.StartedAt.After(t) {
+				t = r.StartedAt.Time
+			}
+		}
 	}
-	return pod.CreationTimestamp.Time
+	if t.IsZero() {
+		return pod.CreationTimestamp.Time
+	}
+	return t
+}
+
+// servingContainers names the containers that declare port, in init
+// containers too (a native sidecar may serve it); every app container
+// when none declares it (a container port is informational in Kubernetes).
+func servingContainers(pod *corev1.Pod, port int) map[string]bool {
+	names := map[string]bool{}
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for _, c := range cs {
+			for _, p := range c.Ports {
+				if int(p.ContainerPort) == port {
+					names[c.Name] = true
+				}
+			}
+		}
+	}
+	if len(names) == 0 {
+		for _, c := range pod.Spec.Containers {
+			names[c.Name] = true
+		}
+	}
+	return names
 }

@@ -11,7 +11,10 @@ import (
 	"github.com/tetherproxy/tether/sidecar/config"
 )
 
-var readyAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var (
+	readyAt   = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	startedAt = readyAt.Add(-30 * time.Second) // the model server's container started before it was ready
+)
 
 // pod is a Running, Ready pod with IP ip; opts adjust it.
 func pod(name, ip string, opts ...func(*corev1.Pod)) *corev1.Pod {
@@ -32,6 +35,10 @@ func pod(name, ip string, opts ...func(*corev1.Pod)) *corev1.Pod {
 				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readyAt)},
 			},
+			ContainerStatuses: []corev1.ContainerStatus{{
+				Name: "vllm", Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(startedAt)}},
+			}},
 		},
 	}
 	for _, o := range opts {
@@ -83,8 +90,8 @@ func TestBackendOf(t *testing.T) {
 	if b.ID != "llm/ds-0/uid-ds-0" || b.Name != "llm/ds-0" || b.Addr != "10.0.0.7:8000" || b.Group != "" {
 		t.Fatalf("backend = %+v", b)
 	}
-	if !b.Since.Equal(readyAt) {
-		t.Fatalf("Since = %v, want the Ready condition's lastTransitionTime %v", b.Since, readyAt)
+	if !b.Since.Equal(startedAt) {
+		t.Fatalf("Since = %v, want the serving container's startedAt %v", b.Since, startedAt)
 	}
 
 	t.Run("port by name", func(t *testing.T) {
@@ -126,12 +133,68 @@ func TestBackendOf(t *testing.T) {
 		}
 	})
 	t.Run("since falls back to creation", func(t *testing.T) {
-		p := pod("ds-0", "10.0.0.7", func(p *corev1.Pod) { p.Status.Conditions[1].LastTransitionTime = metav1.Time{} })
+		p := pod("ds-0", "10.0.0.7", func(p *corev1.Pod) { p.Status.ContainerStatuses = nil })
 		b, _ := backendOf(p, byNumber, "")
 		if !b.Since.Equal(p.CreationTimestamp.Time) {
 			t.Fatalf("Since = %v, want creation %v", b.Since, p.CreationTimestamp)
 		}
 	})
+}
+
+// TestSinceFollowsTheServingContainer: Since moves when the model
+// server's container restarts, never on a readiness blip, and not when
+// another container of the pod restarts.
+func TestSinceFollowsTheServingContainer(t *testing.T) {
+	sel := config.KubeSelector{Selector: "app=ds", Port: 8000}
+	later := readyAt.Add(time.Hour)
+	withSidecar := func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "log-shipper"})
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: "log-shipper", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(startedAt)}},
+		})
+	}
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		want time.Time
+	}{
+		{"readiness blip: Ready went false and true again", pod("ds-0", "10.0.0.7", func(p *corev1.Pod) {
+			p.Status.Conditions[1].LastTransitionTime = metav1.NewTime(later)
+		}), startedAt},
+		{"serving container restarted", pod("ds-0", "10.0.0.7", func(p *corev1.Pod) {
+			cs := &p.Status.ContainerStatuses[0]
+			cs.RestartCount = 1
+			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137}}
+			cs.State.Running.StartedAt = metav1.NewTime(later)
+		}), later},
+		{"another container restarted", pod("ds-0", "10.0.0.7", withSidecar, func(p *corev1.Pod) {
+			cs := &p.Status.ContainerStatuses[1]
+			cs.RestartCount = 3
+			cs.State.Running.StartedAt = metav1.NewTime(later)
+		}), startedAt},
+		{"no container declares the port: every app container counts", pod("ds-0", "10.0.0.7", withSidecar, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = nil
+			p.Status.ContainerStatuses[1].State.Running.StartedAt = metav1.NewTime(later)
+		}), later},
+		{"a native sidecar that serves the port", pod("ds-0", "10.0.0.7", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = nil
+			p.Spec.InitContainers = []corev1.Container{{Name: "server", Ports: []corev1.ContainerPort{{ContainerPort: 8000}}}}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{
+				Name: "server", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(later)}},
+			}}
+		}), later},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, ok := backendOf(c.pod, sel, "")
+			if !ok {
+				t.Fatal("not a backend")
+			}
+			if !b.Since.Equal(c.want) {
+				t.Fatalf("Since = %v, want %v", b.Since, c.want)
+			}
+		})
+	}
 }
 
 func TestBackendOfGroups(t *testing.T) {

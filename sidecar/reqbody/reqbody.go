@@ -1,0 +1,97 @@
+// Package reqbody carries a request's buffered body from the proxy to the
+// parts that route by fields of it: the choice of pool by "model",
+// session keys from Body sources, and the Responses API's
+// previous_response_id and store. The fields a listener reads are known
+// when it is built (Fields); a request's body is scanned for all of them
+// at once, on first use, and never when nothing asks.
+package reqbody
+
+import (
+	"context"
+
+	"github.com/tetherproxy/tether/sidecar/jsonscan"
+)
+
+// MaxValueBytes bounds a string read from a body: longer strings are
+// absent. It equals session.MaxKeyBytes, the bound of every key source.
+const MaxValueBytes = 4096
+
+// Fields are the body paths one listener reads. Immutable; nil reads none.
+type Fields struct{ paths *jsonscan.Paths }
+
+// NewFields compiles paths (jsonscan.ValidatePath; duplicates are fine).
+func NewFields(paths ...string) (*Fields, error) {
+	p, err := jsonscan.Compile(paths...)
+	if err != nil {
+		return nil, err
+	}
+	return &Fields{paths: p}, nil
+}
+
+// Body is one request's body. Not safe for concurrent use: it lives in
+// the goroutine that serves the request.
+type Body struct {
+	f       *Fields
+	raw     []byte
+	s       *jsonscan.Scanner
+	scanned bool
+}
+
+// Of returns raw as a Body whose fields are scanned when first read.
+func (f *Fields) Of(raw []byte) *Body { return &Body{f: f, raw: raw} }
+
+func (b *Body) scan() *jsonscan.Scanner {
+	if !b.scanned {
+		b.scanned = true
+		if b.f != nil && b.f.paths.Len() > 0 {
+			b.s = b.f.paths.Scan(b.raw, MaxValueBytes)
+		}
+	}
+	return b.s
+}
+
+// Value is the body's value at path: Absent when path is not one of the
+// listener's fields, the body is not a JSON object, or b is nil.
+func (b *Body) Value(path string) jsonscan.Value {
+	if b == nil {
+		return jsonscan.Value{}
+	}
+	s := b.scan()
+	if s == nil || !s.IsObject() {
+		return jsonscan.Value{}
+	}
+	i := b.f.paths.Index(path)
+	if i < 0 {
+		return jsonscan.Value{}
+	}
+	return s.Value(i)
+}
+
+// String is the string at path, if the body holds one within MaxValueBytes.
+func (b *Body) String(path string) (string, bool) {
+	v := b.Value(path)
+	return v.Str, v.Kind == jsonscan.String && !v.TooLong
+}
+
+// IsObject reports whether the body is a valid JSON object. It scans
+// the body (when the listener reads any field) but is false for a nil b.
+func (b *Body) IsObject() bool {
+	if b == nil {
+		return false
+	}
+	s := b.scan()
+	return s != nil && s.IsObject()
+}
+
+type ctxKey struct{}
+
+// NewContext returns ctx carrying b.
+func NewContext(ctx context.Context, b *Body) context.Context {
+	return context.WithValue(ctx, ctxKey{}, b)
+}
+
+// FromContext returns the Body ctx carries, or nil (whose reads yield nothing).
+func FromContext(ctx context.Context) *Body {
+	b, _ := ctx.Value(ctxKey{}).(*Body)
+	return b
+}
