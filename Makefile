@@ -35,7 +35,7 @@ HELM_VERSION ?= v3.22.0
 HELM         := $(TOOLS)/helm-$(HELM_VERSION)/helm
 export TETHER_HELM := $(HELM)
 
-.PHONY: all build images push push-registry version run test unit e2e fmt vet deps deps-redis deps-prometheus deps-bench dashboard-png helm kube-tools bench bench-quick bench-hop bench-go bench-affinity fuzz clean
+.PHONY: all build images push push-registry version run test unit e2e fmt vet deps deps-redis deps-prometheus deps-bench dashboard-png helm kube-tools chaos soak bench bench-quick bench-hop bench-go bench-affinity fuzz clean
 
 all: build
 
@@ -131,6 +131,22 @@ e2e: build images kube-tools helm
 kube-tools:
 	@bash e2e/tools/build-kube.sh
 
+# The chaos suite (a few minutes on 2 cores): steady streaming load through
+# three real tether-sidecar replicas over modelsim backends while each test
+# injects one fault (a replica killed, Redis down, the gossip ring cut, a
+# backend killed mid-stream, faulty backends, a replica drained). Writes
+# e2e/chaos/RESULTS.md and the README's Reliability table. See README
+# "Reliability".
+chaos: build deps-redis
+	$(GO) test -tags chaos -count=1 -timeout 15m -v ./e2e/chaos/
+
+# The load test in full (~20 min on 2 cores, not in CI): 1,000,000 distinct
+# sessions through one replica with maxEntries 100,000, then through a
+# 3-replica gossip ring; goroutines, open fds, heap and latency sampled
+# every tenth. Writes e2e/chaos/SOAK.md and the README's soak block.
+soak: build
+	CHAOS_REPORT=soak $(GO) test -tags chaos,soak -count=1 -timeout 60m -v -run TestSoak ./e2e/chaos/
+
 # Every benchmark side by side with HAProxy, nginx and the routing policies
 # users run today (~12 min on 2 cores): writes e2e/bench/REPORT.md, its
 # charts and the README's headline table. See README "Benchmarks".
@@ -166,7 +182,7 @@ FUZZ_TARGETS := \
   FuzzExtract:./sidecar/session FuzzClaim:./sidecar/jwtauth FuzzParse:./sidecar/config \
   FuzzDecode:./sidecar/store/gossip FuzzParseBinding:./sidecar/store/redisstore \
   FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook \
-  FuzzInject:./injector/manifest FuzzVerify:./sidecar/token FuzzKeyOf:./sidecar/store/internal/table \
+  FuzzInject:./injector/manifest FuzzRequestMeta:./sidecar/proxy FuzzVerify:./sidecar/token FuzzKeyOf:./sidecar/store/internal/table \
   FuzzScan:./sidecar/jsonscan FuzzWatch:./sidecar/responses FuzzBodySource:./sidecar/session \
   FuzzTokenExtract:./sidecar/session FuzzParse:./sidecar/modelserver
 fuzz:

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are cut")
 	maxRunning := fs.Int("max-running", sim.DefaultMaxRunning, "requests served at once; the rest wait in FIFO order")
 	serial := fs.Bool("serial-prefill", false, "compute the prefills of all requests one at a time, as one GPU does (default: in parallel)")
+	faultName := fs.String("fault", "none", "fail every completion request: none, reset (read it, reset the connection), hang (never answer) or error (503); POST /sim/fault?mode= changes it")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -62,6 +63,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *prefill < 0 || *decode < 0 || *drain < 0 {
 		return errors.New("--prefill-per-token, --decode-per-token and --shutdown-timeout must not be negative")
 	}
+	fault, err := sim.ParseFault(*faultName)
+	if err != nil {
+		return fmt.Errorf("--fault: %w", err)
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -75,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s := sim.New(sim.Options{
 		ID: *id, Model: *model, BlockTokens: *blockTokens, CacheBlocks: *cacheBlocks,
 		PrefillPerToken: *prefill, DecodePerToken: *decode, MaxRunning: *maxRunning, Logger: log,
-		SerialPrefill: *serial,
+		SerialPrefill: *serial, Fault: fault,
 	})
 	// No write timeout: streams last as long as their tokens take.
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}

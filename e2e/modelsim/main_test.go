@@ -67,6 +67,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--cache-blocks", "-1"},
 		{"--max-running", "0"},
 		{"--decode-per-token", "-1ms"},
+		{"--fault", "melt"},
 		{"--nope"},
 		{"extra"},
 	} {

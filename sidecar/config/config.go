@@ -142,13 +142,26 @@ type Proxy struct {
 	MaxRequestBodyBytes int64 `json:"maxRequestBodyBytes,omitempty"`
 	// MaxRequestHeaderBytes bounds request headers; larger headers get 431.
 	MaxRequestHeaderBytes int `json:"maxRequestHeaderBytes,omitempty"`
-	// FailTimeout is how long a backend that refused a connection is not selectable.
-	FailTimeout Duration `json:"failTimeout,omitempty"`
+	// FailTimeout is deprecated: outlierDetection.baseEjectionTime
+	// replaced it (a backend that refuses a connection is ejected). When
+	// it is set and baseEjectionTime is not, it is the base ejection time,
+	// so configs rendered before keep their behaviour.
+	FailTimeout Duration `json:"failTimeout,omitzero"`
 	// DialTimeout bounds connecting to a backend.
 	DialTimeout Duration `json:"dialTimeout,omitempty"`
-	// ResponseHeaderTimeout bounds the wait for a backend's first response
-	// byte (a long prefill); 0 means no limit beyond the client's own.
-	ResponseHeaderTimeout Duration `json:"responseHeaderTimeout,omitempty"`
+	// ResponseHeaderTimeout is deprecated: firstByteTimeout replaced it.
+	// When it is set (above 0) and firstByteTimeout is not, it is the
+	// firstByteTimeout.
+	ResponseHeaderTimeout Duration `json:"responseHeaderTimeout,omitzero"`
+	// FirstByteTimeout bounds the wait for a backend's response headers
+	// after the request was sent (prefill and queueing; for a request that
+	// does not stream, the whole completion): past it the request gets
+	// 504 and the backend a failure for outlier detection. A pool's
+	// proxy block may set its own.
+	FirstByteTimeout Duration `json:"firstByteTimeout,omitempty"`
+	// OutlierDetection ejects backends that fail; a pool's proxy block
+	// may set its own.
+	OutlierDetection OutlierDetection `json:"outlierDetection,omitempty"`
 	// ShutdownTimeout is how long in-flight requests may drain on SIGTERM.
 	ShutdownTimeout Duration `json:"shutdownTimeout,omitempty"`
 	// BodyReadTimeout is how long a request body may go without a byte
@@ -177,6 +190,9 @@ type Pool struct {
 	// SessionToken writes the chosen backend into an authenticated
 	// response token that Token sources read back; nil means off.
 	SessionToken *SessionToken `json:"sessionToken,omitempty"`
+	// Proxy overrides the top-level proxy block's per-pool settings for
+	// this pool (Config.ProxyFor); nil means none.
+	Proxy *PoolProxy `json:"proxy,omitempty"`
 }
 
 // Listener is one address the sidecar serves pools on.
@@ -366,6 +382,9 @@ type Backends struct {
 	GroupLabel string        `json:"groupLabel,omitempty"`
 	// PrefillHeader carries the prefill pod's host:port to the decode pod.
 	PrefillHeader string `json:"prefillHeader,omitempty"`
+	// HealthCheck actively checks static backends; nil means off
+	// (Kubernetes backends are checked by their readiness probes).
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
 	// ModelServer defines the pool by a Kthena ModelServer object: its
 	// pods (workloadSelector, a PD pool with pdGroup), port, model,
 	// timeout and sessionSticky, followed as the object changes.

@@ -116,9 +116,15 @@ func TestDefaults(t *testing.T) {
 		Proxy: Proxy{
 			MaxRequestBodyBytes:   DefaultMaxRequestBodyBytes,
 			MaxRequestHeaderBytes: DefaultMaxRequestHeaderBytes,
-			FailTimeout:           Duration{DefaultFailTimeout},
 			DialTimeout:           Duration{DefaultDialTimeout},
 			ShutdownTimeout:       Duration{DefaultShutdownTimeout},
+			FirstByteTimeout:      Duration{DefaultFirstByteTimeout},
+			OutlierDetection: OutlierDetection{
+				ConsecutiveFailures: DefaultConsecutiveFailures,
+				BaseEjectionTime:    Duration{DefaultBaseEjectionTime},
+				MaxEjectionTime:     Duration{DefaultMaxEjectionTime},
+				MaxEjectionPercent:  DefaultMaxEjectionPercent,
+			},
 			BodyReadTimeout:       Duration{DefaultBodyReadTimeout},
 			MaxConcurrentRequests: DefaultMaxConcurrentRequests,
 		},
@@ -247,7 +253,18 @@ func TestValidation(t *testing.T) {
 		{"jwt public keys", doc("jwt: {algorithms: [RS256]}"), `jwt.publicKeyFiles: publicKeyFiles or jwksFile is required by the public-key algorithms`},
 		{"proxy body", doc("proxy: {maxRequestBodyBytes: -1}"), `proxy.maxRequestBodyBytes: must be at least 1, got -1`},
 		{"proxy header", doc("proxy: {maxRequestHeaderBytes: 100}"), `proxy.maxRequestHeaderBytes: must be at least 1024, got 100`},
-		{"proxy failTimeout", doc("proxy: {failTimeout: -1s}"), `proxy.failTimeout: must be positive, got -1s`},
+		{"proxy failTimeout", doc("proxy: {failTimeout: -1s}"), `proxy.failTimeout: must not be negative, got -1s`},
+		{"proxy firstByteTimeout", doc("proxy: {firstByteTimeout: -1s}"), `proxy.firstByteTimeout: must be positive, got -1s`},
+		{"outlier consecutiveFailures", doc("proxy: {outlierDetection: {consecutiveFailures: -1}}"), `proxy.outlierDetection.consecutiveFailures: must be at least 1, got -1`},
+		{"outlier baseEjectionTime", doc("proxy: {outlierDetection: {baseEjectionTime: -1s}}"), `proxy.outlierDetection.baseEjectionTime: must be positive, got -1s`},
+		{"outlier maxEjectionPercent", doc("proxy: {outlierDetection: {maxEjectionPercent: 101}}"), `proxy.outlierDetection.maxEjectionPercent: must be 1..100, got 101`},
+		{"pool firstByteTimeout", doc("", pool("proxy: {firstByteTimeout: -2s}")), `pools[0].proxy.firstByteTimeout: must be positive, got -2s`},
+		{"pool outlier percent", doc("", pool("proxy: {outlierDetection: {maxEjectionPercent: -5}}")), `pools[0].proxy.outlierDetection.maxEjectionPercent: must be 1..100, got -5`},
+		{"pool outlier times", doc("", pool("proxy: {outlierDetection: {baseEjectionTime: 10m}}")), `pools[0].proxy.outlierDetection.maxEjectionTime: must be at least baseEjectionTime (10m0s), got 5m0s`},
+		{"health check on kubernetes", doc("", pool("backends: {kubernetes: {selector: app=m, port: 80}, healthCheck: {}}")), `pools[0].backends.healthCheck: only static backends are health-checked`},
+		{"health check path", doc("", pool(`backends: {static: ["a:1"], healthCheck: {path: health}}`)), `pools[0].backends.healthCheck.path: must start with /, got "health"`},
+		{"health check timeout", doc("", pool(`backends: {static: ["a:1"], healthCheck: {interval: 1s, timeout: 2s}}`)), `pools[0].backends.healthCheck.timeout: must be positive and at most interval (1s), got 2s`},
+		{"health check threshold", doc("", pool(`backends: {static: ["a:1"], healthCheck: {healthyThreshold: -1}}`)), `pools[0].backends.healthCheck.healthyThreshold: must be at least 1, got -1`},
 		{"proxy dialTimeout", doc("proxy: {dialTimeout: -5ms}"), `proxy.dialTimeout: must be positive, got -5ms`},
 		{"proxy responseHeaderTimeout", doc("proxy: {responseHeaderTimeout: -1s}"), `proxy.responseHeaderTimeout: must not be negative, got -1s`},
 		{"no pools", "listen: 127.0.0.1:1\n", `pools: at least one pool is required`},
@@ -434,6 +451,58 @@ func TestListeners(t *testing.T) {
 	want := []Listener{{Addr: "127.0.0.1:9000", Pools: []int{0, 2}}, {Addr: "127.0.0.1:9001", Pools: []int{1}}}
 	if got := c.Listeners(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Listeners = %+v, want %+v", got, want)
+	}
+}
+
+// TestFailureHandlingDefaults: the deprecated proxy fields still mean
+// what they meant, a pool's proxy block overrides the top-level one field
+// by field, and a health check gets its defaults.
+func TestFailureHandlingDefaults(t *testing.T) {
+	c, err := Parse([]byte(doc("proxy: {failTimeout: 10s, responseHeaderTimeout: 0s}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Proxy.OutlierDetection.BaseEjectionTime.Duration; got != 10*time.Second {
+		t.Errorf("failTimeout 10s: baseEjectionTime = %s, want 10s (the old fail timeout)", got)
+	}
+	if got := c.Proxy.OutlierDetection.MaxEjectionTime.Duration; got != DefaultMaxEjectionTime {
+		t.Errorf("maxEjectionTime = %s", got)
+	}
+	if got := c.Proxy.FirstByteTimeout.Duration; got != DefaultFirstByteTimeout {
+		t.Errorf("responseHeaderTimeout 0s (no limit, as rendered before): firstByteTimeout = %s, want the default", got)
+	}
+	c, err = Parse([]byte(doc("proxy: {responseHeaderTimeout: 7s, outlierDetection: {baseEjectionTime: 10m}}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Proxy.FirstByteTimeout.Duration; got != 7*time.Second {
+		t.Errorf("responseHeaderTimeout 7s: firstByteTimeout = %s", got)
+	}
+	if got := c.Proxy.OutlierDetection.MaxEjectionTime.Duration; got != 10*time.Minute {
+		t.Errorf("baseEjectionTime 10m: maxEjectionTime = %s, want at least the base", got)
+	}
+
+	c, err = Parse([]byte(doc("proxy: {firstByteTimeout: 30s, outlierDetection: {consecutiveFailures: 3, maxEjectionPercent: 20}}",
+		pool("name: a", "models: [a]", "proxy: {firstByteTimeout: 5m, outlierDetection: {enabled: false, maxEjectionPercent: 100}}"),
+		pool("name: b", "models: [b]", `backends: {static: ["127.0.0.1:1"], healthCheck: {interval: 500ms}}`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.ProxyFor(&c.Pools[0]), c.ProxyFor(&c.Pools[1])
+	if a.FirstByteTimeout.Duration != 5*time.Minute || a.OutlierDetection.On() || a.OutlierDetection.MaxEjectionPercent != 100 ||
+		a.OutlierDetection.ConsecutiveFailures != 3 || a.OutlierDetection.BaseEjectionTime.Duration != DefaultBaseEjectionTime {
+		t.Errorf("pool a's proxy = %+v %+v", a, *a.OutlierDetection)
+	}
+	if b.FirstByteTimeout.Duration != 30*time.Second || !b.OutlierDetection.On() || b.OutlierDetection.MaxEjectionPercent != 20 {
+		t.Errorf("pool b's proxy = %+v %+v", b, *b.OutlierDetection)
+	}
+	if c.Proxy.OutlierDetection.MaxEjectionPercent != 20 {
+		t.Error("a pool's override changed the top-level block")
+	}
+	want := HealthCheck{Path: DefaultHealthCheckPath, Interval: Duration{500 * time.Millisecond}, Timeout: Duration{500 * time.Millisecond},
+		UnhealthyThreshold: DefaultUnhealthyThreshold, HealthyThreshold: DefaultHealthyThreshold}
+	if h := c.Pools[1].Backends.HealthCheck; h == nil || *h != want {
+		t.Errorf("health check = %+v, want %+v", h, want)
 	}
 }
 

@@ -27,7 +27,6 @@ const (
 	DefaultGossipBind             = "0.0.0.0:17946"
 	DefaultMaxRequestBodyBytes    = 32 << 20
 	DefaultMaxRequestHeaderBytes  = 64 << 10
-	DefaultFailTimeout            = 10 * time.Second
 	DefaultDialTimeout            = 2 * time.Second
 	DefaultShutdownTimeout        = 30 * time.Second
 	DefaultBodyReadTimeout        = 5 * time.Second
@@ -43,6 +42,26 @@ const (
 	DefaultPrefillTokenHeader     = "x-session-token-prefill" // llm-d's name
 	DefaultTokenCookieName        = "tether-session"
 	MaxSources                    = 16
+)
+
+// Defaults of failure handling (README "Failure handling").
+const (
+	// DefaultFirstByteTimeout is generous for long prefills behind a queue.
+	DefaultFirstByteTimeout = 120 * time.Second
+	// Outlier detection: Envoy's defaults, except the share of a pool that
+	// may be ejected at once (Envoy's 10% would never eject in a pool of
+	// fewer than ten backends but for its at-least-one rule).
+	DefaultConsecutiveFailures = 5
+	DefaultBaseEjectionTime    = 30 * time.Second
+	DefaultMaxEjectionTime     = 300 * time.Second
+	DefaultMaxEjectionPercent  = 50
+	// Active health checks (static backends, when configured): vLLM's and
+	// SGLang's liveness endpoint.
+	DefaultHealthCheckPath     = "/health"
+	DefaultHealthCheckInterval = 5 * time.Second
+	DefaultHealthCheckTimeout  = time.Second
+	DefaultUnhealthyThreshold  = 3
+	DefaultHealthyThreshold    = 2
 )
 
 // SetDefaults fills every unset field that has a default. It is idempotent.
@@ -61,9 +80,9 @@ func (c *Config) SetDefaults() {
 	if p.MaxRequestHeaderBytes == 0 {
 		p.MaxRequestHeaderBytes = DefaultMaxRequestHeaderBytes
 	}
-	setDuration(&p.FailTimeout, DefaultFailTimeout)
 	setDuration(&p.DialTimeout, DefaultDialTimeout)
 	setDuration(&p.ShutdownTimeout, DefaultShutdownTimeout)
+	p.setResilienceDefaults()
 	setDuration(&p.BodyReadTimeout, DefaultBodyReadTimeout)
 	if p.MaxConcurrentRequests == 0 {
 		p.MaxConcurrentRequests = DefaultMaxConcurrentRequests
@@ -139,6 +158,9 @@ func (p *Pool) setDefaults(listen string) {
 	}
 	if p.LoadMetrics != nil {
 		p.LoadMetrics.setDefaults()
+	}
+	if p.Backends.HealthCheck != nil {
+		p.Backends.HealthCheck.setDefaults()
 	}
 	if t := p.SessionToken; t != nil {
 		if t.Header == "" {

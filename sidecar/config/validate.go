@@ -58,6 +58,7 @@ func (c *Config) Validate() error {
 		p := &c.Pools[i]
 		f := fmt.Sprintf("pools[%d]", i)
 		p.validate(&e, f, c.JWT != nil)
+		p.validateResilience(&e, f, c)
 		if j, dup := names[p.Name]; dup && p.Name != "" {
 			e.add(f+".name", "duplicate pool name %q (also pools[%d])", p.Name, j)
 		}
@@ -224,19 +225,17 @@ func (p *Proxy) validate(e *errs) {
 	for _, d := range []struct {
 		f string
 		v Duration
-	}{{"failTimeout", p.FailTimeout}, {"dialTimeout", p.DialTimeout}, {"shutdownTimeout", p.ShutdownTimeout}} {
+	}{{"dialTimeout", p.DialTimeout}, {"shutdownTimeout", p.ShutdownTimeout}} {
 		if d.v.Duration <= 0 {
 			e.add("proxy."+d.f, "must be positive, got %s", d.v)
 		}
 	}
+	p.validateResilience(e)
 	if p.BodyReadTimeout.Duration <= 0 {
 		e.add("proxy.bodyReadTimeout", "must be positive, got %s", p.BodyReadTimeout)
 	}
 	if p.MaxConcurrentRequests < 1 {
 		e.add("proxy.maxConcurrentRequests", "must be at least 1, got %d", p.MaxConcurrentRequests)
-	}
-	if p.ResponseHeaderTimeout.Duration < 0 {
-		e.add("proxy.responseHeaderTimeout", "must not be negative, got %s", p.ResponseHeaderTimeout)
 	}
 }
 

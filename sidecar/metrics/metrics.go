@@ -20,13 +20,13 @@ import (
 
 // Metrics are the request-path metrics.
 type Metrics struct {
-	Requests        *prometheus.CounterVec   // pool, decision, code
+	Requests        *prometheus.CounterVec   // pool, decision, code, outcome
+	ResponseBytes   *prometheus.CounterVec   // pool
 	Sessions        *prometheus.CounterVec   // pool, result
 	Rebinds         *prometheus.CounterVec   // pool, reason
 	AffinityBroken  *prometheus.CounterVec   // pool, reason
 	StoreFallbacks  *prometheus.CounterVec   // pool, op
-	Retries         *prometheus.CounterVec   // pool
-	BackendFailures *prometheus.CounterVec   // pool
+	Retries         *prometheus.CounterVec   // pool, reason
 	InFlight        *prometheus.GaugeVec     // pool
 	UpstreamLatency *prometheus.HistogramVec // pool: until response headers
 	RequestDuration *prometheus.HistogramVec // pool: whole request incl. streaming
@@ -42,8 +42,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_requests_total",
-			Help: "Requests proxied, by pool, sticky decision and HTTP status code.",
-		}, []string{"pool", "decision", "code"}),
+			Help: "Requests, by pool, sticky decision, HTTP status code and outcome (completed, client_closed, upstream_reset, timeout).",
+		}, []string{"pool", "decision", "code", "outcome"}),
+		ResponseBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_response_bytes_total",
+			Help: "Response body bytes written to clients (streams included, however they ended).",
+		}, []string{"pool"}),
 		Sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_session_lookups_total",
 			Help: "Requests that carried a session key, by pool and result (hit, miss, rebind, broken).",
@@ -62,12 +66,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"pool", "op"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_upstream_retries_total",
-			Help: "Requests retried on another backend after a connection failure.",
-		}, []string{"pool"}),
-		BackendFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tether_backend_failures_total",
-			Help: "Backends marked failed (not selectable for proxy.failTimeout) after a connection failure.",
-		}, []string{"pool"}),
+			Help: "Requests retried on another backend because the first failed before any response byte, by reason (connect_failed, empty_response).",
+		}, []string{"pool", "reason"}),
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tether_requests_in_flight",
 			Help: "Requests being proxied now.",
@@ -83,8 +83,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: latencyBuckets,
 		}, []string{"pool"}),
 	}
-	reg.MustRegister(m.Requests, m.Sessions, m.Rebinds, m.AffinityBroken, m.StoreFallbacks, m.Retries,
-		m.BackendFailures, m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
+	reg.MustRegister(m.Requests, m.ResponseBytes, m.Sessions, m.Rebinds, m.AffinityBroken, m.StoreFallbacks, m.Retries,
+		m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
 	return m
 }
 
@@ -99,10 +99,11 @@ func Child[T any](with func(...string) T, labelValues ...string) func() T {
 }
 
 // Codes are one pool's children of a counter vector labelled (pool,
-// decision, code), such as tether_requests_total. A child is created the
-// first time its decision and status code are counted and kept in a map
-// that is replaced, never changed, so counting a request takes one atomic
-// load and a map lookup: no label hashing, no lock, no allocation.
+// decision, code, outcome), such as tether_requests_total. A child is
+// created the first time its decision, status code and outcome are
+// counted and kept in a map that is replaced, never changed, so counting a
+// request takes one atomic load and a map lookup: no label hashing, no
+// lock, no allocation.
 type Codes struct {
 	vec  *prometheus.CounterVec
 	pool string
@@ -113,6 +114,7 @@ type Codes struct {
 type codeKey struct {
 	decision string
 	code     int
+	outcome  string
 }
 
 // NewCodes returns pool's children of vec.
@@ -122,9 +124,9 @@ func NewCodes(vec *prometheus.CounterVec, pool string) *Codes {
 	return c
 }
 
-// Inc counts one request of decision answered with code.
-func (c *Codes) Inc(decision string, code int) {
-	k := codeKey{decision, code}
+// Inc counts one request of decision answered with code that ended with outcome.
+func (c *Codes) Inc(decision string, code int, outcome string) {
+	k := codeKey{decision, code, outcome}
 	if ctr, ok := (*c.m.Load())[k]; ok {
 		ctr.Inc()
 		return
@@ -134,7 +136,7 @@ func (c *Codes) Inc(decision string, code int) {
 	old := *c.m.Load()
 	ctr, ok := old[k]
 	if !ok {
-		ctr = c.vec.WithLabelValues(c.pool, decision, strconv.Itoa(code))
+		ctr = c.vec.WithLabelValues(c.pool, decision, strconv.Itoa(code), outcome)
 		next := make(map[codeKey]prometheus.Counter, len(old)+1)
 		maps.Copy(next, old)
 		next[k] = ctr

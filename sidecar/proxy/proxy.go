@@ -1,15 +1,15 @@
 // Package proxy forwards a request to the backend the resolver chose:
 // httputil.ReverseProxy with Rewrite, streaming flushed as it arrives,
-// client cancellation propagated, one retry on another backend when the
-// chosen one refuses the connection (before any byte reached the client),
-// the session tokens the decision carries written into the response, and
-// one access-log line and the metrics of each request, however it ends
-// (one deferred finish). It knows no stores and no tokens' format.
+// client cancellation propagated. ServeHTTP owns each request's state (an
+// exchange) and drives at most two attempts itself: one that failed
+// before any response byte may be retried once on another backend. The
+// results feed the pool's outlier detection, the session tokens the
+// decision carries are written into the response, and each request,
+// however it ends, is logged and counted once, by one deferred finish.
+// It knows no stores and no tokens' format.
 package proxy
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +25,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/responses"
@@ -36,6 +37,15 @@ type Pool struct {
 	Models   []string
 	Resolver *resolve.Resolver
 	Balancer *balance.Balancer
+	// Outliers is the pool's outlier detection, which every upstream
+	// result is reported to; nil ejects nothing.
+	Outliers *outlier.Detector
+	// Transport carries the pool's requests (NewTransport: its dial guard).
+	Transport http.RoundTripper
+	// FirstByteTimeout bounds each attempt's wait for response headers
+	// after the request was sent, unless the decision has its own Timeout
+	// (a ModelServer's trafficPolicy.timeout); 0: no limit.
+	FirstByteTimeout time.Duration
 	// PrefillHeader, in PD pools, carries the prefill pod's host:port to
 	// the decode pod.
 	PrefillHeader string
@@ -48,34 +58,40 @@ type Pool struct {
 	// with the object. Pools of a shared listener are asked in order.
 	Serves func(model string) bool
 
-	m poolMetrics
+	m  poolMetrics
+	rp *httputil.ReverseProxy
 }
 
 // poolMetrics are the proxy's children of the request-path metrics, taken
 // once for the pool (metrics.Child).
 type poolMetrics struct {
 	requests *metrics.Codes
+	bytes    func() prometheus.Counter
 	inFlight func() prometheus.Gauge
 	upstream func() prometheus.Observer
 	duration func() prometheus.Observer
-	retries  func() prometheus.Counter
+	retries  map[resolve.Reason]func() prometheus.Counter
 }
 
 func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
-	return poolMetrics{
+	pm := poolMetrics{
 		requests: metrics.NewCodes(m.Requests, pool),
+		bytes:    metrics.Child(m.ResponseBytes.WithLabelValues, pool),
 		inFlight: metrics.Child(m.InFlight.WithLabelValues, pool),
 		upstream: metrics.Child(m.UpstreamLatency.WithLabelValues, pool),
 		duration: metrics.Child(m.RequestDuration.WithLabelValues, pool),
-		retries:  metrics.Child(m.Retries.WithLabelValues, pool),
+		retries:  map[resolve.Reason]func() prometheus.Counter{},
 	}
+	for _, r := range []resolve.Reason{resolve.ReasonConnectFailed, resolve.ReasonEmptyResponse} {
+		pm.retries[r] = metrics.Child(m.Retries.WithLabelValues, pool, string(r))
+	}
+	return pm
 }
 
 // Options configure a Handler.
 type Options struct {
 	Pools        []Pool
 	MaxBodyBytes int64
-	Transport    http.RoundTripper
 	Metrics      *metrics.Metrics
 	// AccessLog receives one line per request.
 	AccessLog *slog.Logger
@@ -96,24 +112,9 @@ type Handler struct {
 	o       Options
 	byModel map[string]*Pool
 	strip   []string // every pool's StripHeaders
-	rp      *httputil.ReverseProxy
 	// noPool counts requests that matched no pool (pool label "").
 	noPool *metrics.Codes
 }
-
-// attempt travels in the request context from ServeHTTP through the
-// reverse proxy to the transport, which may replace the decision once.
-type attempt struct {
-	pool    *Pool
-	d       *resolve.Decision
-	body    []byte
-	retried bool
-	release func()
-	start   time.Time // of the upstream round trip
-	header  time.Duration
-}
-
-type attemptKey struct{}
 
 // New returns the Handler for a listener serving o.Pools.
 func New(o Options) *Handler {
@@ -125,25 +126,36 @@ func New(o Options) *Handler {
 	}
 	h := &Handler{o: o, byModel: make(map[string]*Pool), noPool: metrics.NewCodes(o.Metrics.Requests, "")}
 	for i := range h.o.Pools {
-		h.o.Pools[i].m = newPoolMetrics(o.Metrics, h.o.Pools[i].Name)
-		h.strip = append(h.strip, h.o.Pools[i].StripHeaders...)
-		for _, m := range h.o.Pools[i].Models {
-			h.byModel[m] = &h.o.Pools[i]
+		p := &h.o.Pools[i]
+		p.m = newPoolMetrics(o.Metrics, p.Name)
+		base := p.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		p.rp = h.reverseProxy(firstByteTransport{base: base, pool: p})
+		h.strip = append(h.strip, p.StripHeaders...)
+		for _, m := range p.Models {
+			h.byModel[m] = p
 		}
 	}
-	h.rp = &httputil.ReverseProxy{
+	return h
+}
+
+// reverseProxy returns the ReverseProxy of a pool: one round trip per
+// call, which ServeHTTP makes at most twice.
+func (h *Handler) reverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		ModifyResponse: h.modifyResponse,
-		Transport:      &retryTransport{base: o.Transport, now: o.Now},
+		Transport:      t,
 		ErrorHandler:   h.proxyError,
 		// Responses of unknown length (SSE, chunked) are flushed on every
 		// write by ReverseProxy itself; fixed-length ones need no flushing.
 		FlushInterval: 0,
-		ErrorLog:      slog.NewLogLogger(o.AccessLog.Handler(), slog.LevelWarn),
+		ErrorLog:      slog.NewLogLogger(h.o.AccessLog.Handler(), slog.LevelWarn),
 		// Without a pool ReverseProxy allocates a 32 KiB copy buffer per request.
 		BufferPool: bufferPool{},
 	}
-	return h
 }
 
 type bufferPool struct{}
@@ -203,29 +215,25 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 }
 
 // ServeHTTP forwards one request. Whichever way it ends (an early error
-// answer, a proxied response, a client gone mid-stream), it is logged and
-// counted once, by the deferred finish.
+// answer, a proxied response, a client or a backend gone mid-stream), it
+// is logged and counted once, by the exchange's deferred finish.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := h.o.Now()
-	rec := &recorder{ResponseWriter: w}
-	var (
-		pool *Pool
-		att  *attempt
-	)
-	defer func() { h.finish(rec, r, pool, att, start) }()
+	x := &exchange{recorder: recorder{ResponseWriter: w}, h: h, in: r, start: h.o.Now()}
+	defer x.finish()
+	x.identify()
 	body, err := readBody(w, r, h.o.MaxBodyBytes, h.o.BodyReadTimeout)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooBig):
-			writeError(rec, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.o.MaxBodyBytes))
+			writeError(x, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.o.MaxBodyBytes))
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// The rest of the body may still come: the connection cannot
 			// carry another request.
-			rec.Header().Set("Connection", "close")
-			writeError(rec, http.StatusRequestTimeout, fmt.Sprintf("request body: no byte for %s", h.o.BodyReadTimeout))
+			x.Header().Set("Connection", "close")
+			writeError(x, http.StatusRequestTimeout, fmt.Sprintf("request body: no byte for %s", h.o.BodyReadTimeout))
 		default:
-			writeError(rec, http.StatusBadRequest, "reading request body: "+err.Error())
+			writeError(x, http.StatusBadRequest, "reading request body: "+err.Error())
 		}
 		return
 	}
@@ -233,41 +241,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(reqbody.NewContext(r.Context(), rb))
 	pool, status, msg := h.pool(rb)
 	if pool == nil {
-		writeError(rec, status, msg)
+		writeError(x, status, msg)
 		return
 	}
+	x.pool = pool
 	d, err := pool.Resolver.Resolve(r.Context(), r)
 	if lost, ok := errors.AsType[*responses.LostError](err); ok {
-		lost.Write(rec) // its backend is gone: no other can answer
+		lost.Write(x) // its backend is gone: no other can answer
 		return
 	}
 	if err != nil {
-		rec.Header().Set("Retry-After", "1")
+		x.Header().Set("Retry-After", "1")
 		// Resolve's errors name no backend (ErrNoBackend); keep it so. A
 		// pool that is down says why (its ModelServer is gone), which
 		// names none either and was logged once when it went down.
 		switch {
 		case errors.Is(err, resolve.ErrUnavailable):
-			writeError(rec, http.StatusServiceUnavailable, "pool "+pool.Name+": "+err.Error())
+			writeError(x, http.StatusServiceUnavailable, "pool "+pool.Name+": "+err.Error())
 		default:
-			writeError(rec, http.StatusServiceUnavailable, "pool "+pool.Name+": no selectable backend")
+			writeError(x, http.StatusServiceUnavailable, "pool "+pool.Name+": no selectable backend")
 			if !errors.Is(err, resolve.ErrNoBackend) {
 				h.o.AccessLog.Warn("resolve failed", "pool", pool.Name, "err", err)
 			}
 		}
 		return
 	}
-	att = &attempt{pool: pool, d: d, body: body, release: pool.Balancer.Acquire(d.Backend.ID)}
-	defer func() { att.release() }()
-	inflight := pool.m.inFlight()
-	inflight.Inc()
-	defer inflight.Dec()
-
-	out := r.WithContext(context.WithValue(r.Context(), attemptKey{}, att))
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	h.rp.ServeHTTP(rec, out)
+	x.forward(d, body)
 }
 
 // pool picks the pool of a request: the only one on the listener, or the
@@ -292,14 +291,14 @@ func (h *Handler) pool(body *reqbody.Body) (*Pool, int, string) {
 	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", model)
 }
 
-// rewrite points the outbound request at the decision's backend. Rewrite
-// has already removed hop-by-hop and X-Forwarded-* headers from Out:
-// X-Forwarded-For is restored from the request and this hop's client (the
-// router) appended to it, as the README says; X-Forwarded-Host and -Proto
-// keep the router's values (they describe the original request), or
-// describe this hop when it sent none.
+// rewrite points the outbound request at the exchange's current
+// decision. Rewrite has already removed hop-by-hop and X-Forwarded-*
+// headers from Out: X-Forwarded-For is restored from the request and this
+// hop's client (the router) appended to it, as the README says;
+// X-Forwarded-Host and -Proto keep the router's values (they describe the
+// original request), or describe this hop when it sent none.
 func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
-	att := pr.In.Context().Value(attemptKey{}).(*attempt)
+	x := exchangeOf(pr.In)
 	in, out := pr.In.Header, pr.Out.Header
 	out["X-Forwarded-For"] = in["X-Forwarded-For"]
 	pr.SetXForwarded()
@@ -309,7 +308,7 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	h.stripRouting(out)
-	target(pr.Out, att)
+	target(pr.Out, x)
 }
 
 // stripRouting removes every routing header a client must not set, in
@@ -354,158 +353,43 @@ func sameHeaderName(a, b string) bool {
 	return true
 }
 
-// modifyResponse writes the session tokens of the decision that answered
-// (after a retry, the second one), replacing any a backend set, and adds
-// its token cookie beside the backend's own cookies.
+// modifyResponse notes that the backend answered, watches the body it
+// streams (and, for a stored response, lets the resolver learn its id),
+// writes the session tokens of the decision that answered (after a
+// retry, the second one), replacing any a backend set, and adds its token
+// cookie beside the backend's own cookies.
 func (h *Handler) modifyResponse(resp *http.Response) error {
-	att, _ := resp.Request.Context().Value(attemptKey{}).(*attempt)
-	if att == nil {
-		return nil
-	}
-	for _, t := range att.d.Tokens {
+	x := exchangeOf(resp.Request)
+	x.answered(resp)
+	for _, t := range x.d.Tokens {
 		resp.Header.Set(t.Name, t.Value)
 	}
-	att.pool.Resolver.Answered(att.d, resp)
-	for _, c := range att.d.Cookies {
+	x.pool.Resolver.Answered(x.d, resp)
+	for _, c := range x.d.Cookies {
 		resp.Header.Add("Set-Cookie", c)
 	}
 	return nil
 }
 
-// target aims out at att's current decision.
-func target(out *http.Request, att *attempt) {
+// target aims out at x's current decision.
+func target(out *http.Request, x *exchange) {
 	out.URL.Scheme = "http"
-	out.URL.Host = att.d.Backend.Addr
-	out.Host = att.d.Backend.Addr
-	if ph := att.pool.PrefillHeader; ph != "" {
+	out.URL.Host = x.d.Backend.Addr
+	out.Host = x.d.Backend.Addr
+	if ph := x.pool.PrefillHeader; ph != "" {
 		out.Header.Del(ph) // never a client's value
-		if att.d.Prefill.Addr != "" {
-			out.Header.Set(ph, att.d.Prefill.Addr)
+		if x.d.Prefill.Addr != "" {
+			out.Header.Set(ph, x.d.Prefill.Addr)
 		}
 	}
 }
 
-// retryTransport retries a request once on a new decision when the first
-// backend could not be dialled. A dial error means no byte was sent and
-// none reached the client, so the retry cannot duplicate work.
-type retryTransport struct {
-	base http.RoundTripper
-	now  func() time.Time
+// proxyError is called instead of a response when the round trip failed.
+// It only records the error: ServeHTTP decides whether to retry or what
+// to answer.
+func (h *Handler) proxyError(w http.ResponseWriter, _ *http.Request, err error) {
+	w.(*exchange).upErr = err
 }
-
-func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	att, _ := req.Context().Value(attemptKey{}).(*attempt)
-	resp, err := t.roundTrip(req, att)
-	if err == nil || att == nil || att.retried || !isDialError(err) || req.Context().Err() != nil {
-		return resp, err
-	}
-	nd, rerr := att.pool.Resolver.Retry(req.Context(), att.d)
-	if rerr != nil {
-		return nil, fmt.Errorf("%w (and no other backend: %v)", err, rerr)
-	}
-	att.pool.m.retries().Inc()
-	att.retried = true
-	att.d = nd
-	att.release()
-	att.release = att.pool.Balancer.Acquire(nd.Backend.ID)
-	out := req.Clone(req.Context())
-	out.Body = io.NopCloser(bytes.NewReader(att.body))
-	target(out, att)
-	return t.roundTrip(out, att)
-}
-
-func (t *retryTransport) roundTrip(req *http.Request, att *attempt) (*http.Response, error) {
-	start := t.now()
-	var timeout time.Duration
-	if att != nil {
-		timeout = att.d.Timeout
-	}
-	resp, err := withHeaderTimeout(req, timeout, t.base.RoundTrip)
-	if att != nil {
-		att.start, att.header = start, t.now().Sub(start)
-	}
-	return resp, err
-}
-
-// proxyError answers a request that got no response from upstream. The
-// answer names no backend and carries no transport error (those say which
-// address was dialled); the log has both.
-func (h *Handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case r.Context().Err() != nil:
-		// The client went away; there is nobody to answer. 499 is what the
-		// access log shows (nginx's convention for a closed client).
-		w.WriteHeader(499)
-		return
-	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-		writeError(w, http.StatusGatewayTimeout, "upstream timed out")
-	default:
-		writeError(w, http.StatusBadGateway, "upstream request failed")
-	}
-	attrs := []any{"err", err}
-	if att, _ := r.Context().Value(attemptKey{}).(*attempt); att != nil {
-		attrs = append(attrs, "pool", att.pool.Name, "selected_pod", att.d.Backend.Name, "backend_addr", att.d.Backend.Addr)
-	}
-	h.o.AccessLog.Warn("upstream error", attrs...)
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
-}
-
-// finish writes the access-log line and the request metrics.
-func (h *Handler) finish(rec *recorder, r *http.Request, pool *Pool, att *attempt, start time.Time) {
-	elapsed := h.o.Now().Sub(start)
-	code := rec.code
-	if code == 0 {
-		code = http.StatusOK
-	}
-	decision := "error" // no decision was made: the request failed before
-	attrs := make([]slog.Attr, 0, 16)
-	if pool != nil {
-		attrs = append(attrs, slog.String("pool", pool.Name))
-	}
-	if att != nil {
-		d := att.d
-		decision = string(d.Outcome)
-		attrs = append(attrs,
-			slog.String("source", string(d.Source)),
-			slog.String("key_hash", d.KeyHash),
-			slog.String("decision", decision),
-			slog.String("selected_pod", d.Backend.Name),
-		)
-		if d.Prefill.ID != "" {
-			attrs = append(attrs, slog.String("prefill_pod", d.Prefill.Name))
-		}
-		if att.retried {
-			attrs = append(attrs, slog.Bool("retried", true))
-		}
-		if d.StoreError {
-			attrs = append(attrs, slog.Bool("store_error", true))
-		}
-		if !att.start.IsZero() {
-			pool.m.upstream().Observe(att.header.Seconds())
-			attrs = append(attrs, slog.Float64("upstream_header_ms", ms(att.header)))
-		}
-	}
-	attrs = append(attrs,
-		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
-		slog.Int("status", code),
-		slog.Int64("bytes", rec.bytes),
-		slog.Float64("duration_ms", ms(elapsed)),
-	)
-	h.o.AccessLog.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
-	if pool == nil {
-		h.noPool.Inc(decision, code)
-		return
-	}
-	pool.m.requests.Inc(decision, code)
-	pool.m.duration().Observe(elapsed.Seconds())
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // writeError answers in the OpenAI error shape routers already parse.
 func writeError(w http.ResponseWriter, code int, msg string) {
@@ -516,19 +400,24 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	}})
 }
 
-// recorder remembers the status and size of a response. Unwrap lets
-// http.ResponseController (which ReverseProxy uses to flush) reach the
-// real writer.
+// recorder remembers the status and size of a response and whether
+// writing it to the client failed. Unwrap lets http.ResponseController
+// (which ReverseProxy uses to flush) reach the real writer.
 type recorder struct {
 	http.ResponseWriter
 	code  int
 	bytes int64
+	// wrote is set once anything, a 1xx included, went to the client.
+	wrote bool
+	// clientErr is the first error writing to the client (gone away).
+	clientErr error
 }
 
 func (r *recorder) WriteHeader(code int) {
 	if r.code == 0 && code >= 200 {
 		r.code = code
 	}
+	r.wrote = true
 	r.ResponseWriter.WriteHeader(code)
 }
 
@@ -536,11 +425,33 @@ func (r *recorder) Write(b []byte) (int, error) {
 	if r.code == 0 {
 		r.code = http.StatusOK
 	}
+	r.wrote = true
 	n, err := r.ResponseWriter.Write(b)
 	r.bytes += int64(n)
+	if err != nil && r.clientErr == nil {
+		r.clientErr = err
+	}
 	return n, err
 }
 
-func (r *recorder) Flush() { http.NewResponseController(r.ResponseWriter).Flush() }
+// FlushError flushes to the client; ReverseProxy flushes every event of
+// a stream through it.
+func (r *recorder) FlushError() error {
+	var err error
+	switch w := r.ResponseWriter.(type) {
+	case interface{ FlushError() error }:
+		err = w.FlushError()
+	case http.Flusher:
+		w.Flush()
+	default:
+		return http.ErrNotSupported
+	}
+	if err != nil && r.clientErr == nil {
+		r.clientErr = err
+	}
+	return err
+}
+
+func (r *recorder) Flush() { r.FlushError() }
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -13,10 +13,19 @@ import (
 // the dial is retried like one that refused the connection.
 var errNotDiscovered = errors.New("address is not a discovered backend")
 
+// idleConnTimeout closes idle upstream connections before the backends
+// do: vLLM and SGLang serve with uvicorn, which closes a keep-alive
+// connection after 5 s idle. A request written into a connection the
+// backend is closing that moment fails before any response byte; closing
+// first keeps that race (and the retry elsewhere it would cost a session)
+// away, for a new connection now and then on an idle path.
+const idleConnTimeout = 4 * time.Second
+
 // TransportOptions tune the upstream transport.
 type TransportOptions struct {
-	DialTimeout           time.Duration
-	ResponseHeaderTimeout time.Duration
+	// DialTimeout bounds connecting (the first-byte timeout is each
+	// attempt's: Pool.FirstByteTimeout or the decision's Timeout).
+	DialTimeout time.Duration
 	// Allowed reports whether host:port belongs to a discovered backend.
 	// The transport dials nothing else, whatever a request says.
 	Allowed func(addr string) bool
@@ -38,17 +47,9 @@ func NewTransport(o TransportOptions) *http.Transport {
 		},
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
+		IdleConnTimeout:       idleConnTimeout,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
 	}
-}
-
-// isDialError reports whether err happened before the request reached a
-// backend, so retrying it elsewhere cannot run it twice.
-func isDialError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }

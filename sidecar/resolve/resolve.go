@@ -20,6 +20,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
@@ -59,7 +60,9 @@ type Reason string
 // Rebind reasons.
 const (
 	ReasonUnselectable  Reason = "unselectable"   // the bound backend left the selectable set
-	ReasonConnectFailed Reason = "connect_failed" // the bound backend refused a connection
+	ReasonEjected       Reason = "ejected"        // outlier detection ejected the bound backend
+	ReasonConnectFailed Reason = "connect_failed" // the bound backend refused a connection (retried)
+	ReasonEmptyResponse Reason = "empty_response" // a connection closed or reset before any response byte (retried)
 	ReasonOverload      Reason = "overload"       // soft affinity
 )
 
@@ -130,7 +133,8 @@ type Options struct {
 	Store    store.Store
 	Backends discovery.Source
 	Balancer *balance.Balancer
-	Failed   *FailSet
+	// Outliers are the pool's ejected backends; nil ejects none.
+	Outliers *outlier.Detector
 	Metrics  *metrics.Metrics
 	Now      func() time.Time
 	Log      *slog.Logger
@@ -195,7 +199,6 @@ type poolMetrics struct {
 	rebinds   map[Reason]func() prometheus.Counter
 	broken    func() prometheus.Counter // tether_affinity_broken_total{reason="overload"}
 	fallbacks map[string]func() prometheus.Counter
-	failures  func() prometheus.Counter
 }
 
 func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
@@ -204,12 +207,11 @@ func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
 		rebinds:   map[Reason]func() prometheus.Counter{},
 		broken:    metrics.Child(m.AffinityBroken.WithLabelValues, pool, string(ReasonOverload)),
 		fallbacks: map[string]func() prometheus.Counter{},
-		failures:  metrics.Child(m.BackendFailures.WithLabelValues, pool),
 	}
 	for _, o := range []Outcome{Hit, Miss, Rebind, Broken} {
 		pm.sessions[o] = metrics.Child(m.Sessions.WithLabelValues, pool, string(o))
 	}
-	for _, r := range []Reason{ReasonUnselectable, ReasonConnectFailed, ReasonOverload} {
+	for _, r := range []Reason{ReasonUnselectable, ReasonEjected, ReasonConnectFailed, ReasonEmptyResponse, ReasonOverload} {
 		pm.rebinds[r] = metrics.Child(m.Rebinds.WithLabelValues, pool, string(r))
 	}
 	for _, op := range []string{opLookup, opCreate, opDelete} {
@@ -293,28 +295,34 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 			r.m.sessions[Hit]().Inc()
 			return d, nil
 		}
-		return r.rebind(ctx, set, d, b, ReasonUnselectable)
+		reason := ReasonUnselectable
+		if r.o.Outliers.Ejected(b.Pod) {
+			reason = ReasonEjected
+		}
+		return r.rebind(ctx, set, d, b, reason)
 	}
 	return r.bind(ctx, set, d, store.Binding{Gen: 1}, Miss)
 }
 
-// Retry is called when d's backend refused the connection before any
-// response byte reached the client: the backend is marked failed, a sticky
-// session is rebound, and the caller retries once on the new decision.
-func (r *Resolver) Retry(ctx context.Context, d *Decision) (*Decision, error) {
-	// The connection went to d.Backend (the decode half of a PD pair):
-	// that is the backend known to be dead.
-	r.o.Failed.Mark(d.Backend.ID)
-	r.m.failures().Inc()
+// Retry is called when d's backend failed before any response byte
+// reached the client (the caller reported the failure to the pool's
+// outlier detection): a new decision avoids that backend, a sticky session
+// is rebound to it (counted under reason), and the caller retries once.
+// A request pinned to d's backend (the stored response it names is there
+// only) is refused with ErrPinned: moving it cannot succeed.
+func (r *Resolver) Retry(ctx context.Context, d *Decision, reason Reason) (*Decision, error) {
 	if d.pinned {
 		return nil, ErrPinned
 	}
 	set := r.o.Backends.Current()
-	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, learn: d.learn, pol: d.pol, Timeout: d.Timeout}
+	// The connection went to d.Backend (the decode half of a PD pair):
+	// that is the backend known to have failed, ejected or not.
+	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, avoid: d.Backend.ID,
+		learn: d.learn, pol: d.pol, Timeout: d.Timeout}
 	if !d.sticky {
 		return r.withTokens(r.unsticky(set, nd))
 	}
-	return r.withTokens(r.rebind(ctx, set, nd, d.binding, ReasonConnectFailed))
+	return r.withTokens(r.rebind(ctx, set, nd, d.binding, reason))
 }
 
 // withTokens makes a decision carry the session tokens of its placement:
@@ -376,7 +384,7 @@ func (r *Resolver) overloaded(set *discovery.Set, be discovery.Backend, since ti
 	}
 	least, found := 0.0, false
 	for _, c := range set.Backends {
-		if c.ID == be.ID || r.o.Failed.Failed(c.ID) {
+		if c.ID == be.ID || r.o.Outliers.Ejected(c.ID) {
 			continue
 		}
 		if cw, ok := r.o.Load.Waiting(c.ID); ok && (!found || cw < least) {
@@ -413,7 +421,7 @@ func (r *Resolver) fromToken(set *discovery.Set, d *Decision, p token.Payload) (
 			if pf, ok = r.find(set.Prefill, p.Prefill); !ok || pf.Group != be.Group {
 				// The pair's prefill half is gone: any prefill of the group.
 				pf, ok = r.o.Balancer.Pick(set.Prefill, func(c discovery.Backend) bool {
-					return c.Group == be.Group && !r.o.Failed.Failed(c.ID)
+					return c.Group == be.Group && !r.o.Outliers.Ejected(c.ID)
 				})
 			}
 		}
@@ -438,7 +446,7 @@ func (r *Resolver) find(list []discovery.Backend, ref string) (discovery.Backend
 		return discovery.Backend{}, false
 	}
 	for _, b := range list {
-		if (b.ID == ref || b.Name == ref) && !r.o.Failed.Failed(b.ID) {
+		if (b.ID == ref || b.Name == ref) && !r.o.Outliers.Ejected(b.ID) {
 			return b, true
 		}
 	}
@@ -508,7 +516,7 @@ func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backe
 }
 
 func (r *Resolver) pickIf(set *discovery.Set, pd bool, key string, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
-	live := func(b discovery.Backend) bool { return !r.o.Failed.Failed(b.ID) && also(b) }
+	live := func(b discovery.Backend) bool { return !r.o.Outliers.Ejected(b.ID) && also(b) }
 	// By the session's store key, so replicas (and this one while the
 	// store is down) propose the same backend; without a key, by load.
 	if pd {
@@ -519,8 +527,8 @@ func (r *Resolver) pickIf(set *discovery.Set, pd bool, key string, also func(dis
 }
 
 // usable resolves a binding against the current set: every backend it names
-// must be selectable now (present, not terminating, Ready), not failed, and
-// in the run it was bound in: a binding older than the backend's Since
+// must be selectable now (present, not terminating, Ready), not ejected,
+// and in the run it was bound in: a binding older than the backend's Since
 // predates a restart of its server (or a recreated pod, a new ID) and is
 // not resurrected. A readiness blip moves no Since, so it keeps the pin.
 func (r *Resolver) usable(set *discovery.Set, b store.Binding, pd bool) (be, pf discovery.Backend, ok bool) {
@@ -537,7 +545,7 @@ func (r *Resolver) usable(set *discovery.Set, b store.Binding, pd bool) (be, pf 
 
 func (r *Resolver) current(set *discovery.Set, id string, created time.Time) (discovery.Backend, bool) {
 	be, ok := set.Get(id)
-	if !ok || r.o.Failed.Failed(id) || created.Before(be.Since) {
+	if !ok || r.o.Outliers.Ejected(id) || created.Before(be.Since) {
 		return discovery.Backend{}, false
 	}
 	return be, true

@@ -16,9 +16,11 @@ import (
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
+	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // headerKeys reads the session key from X-Session-ID: the resolver's tests
@@ -49,6 +51,7 @@ type fixture struct {
 	store store.Store
 	src   *fakeSource
 	now   time.Time
+	reg   *prometheus.Registry
 }
 
 func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture {
@@ -63,13 +66,18 @@ func newFixtureWith(t *testing.T, st store.Store, src *fakeSource, pd bool, bal 
 		t.Cleanup(func() { m.Close() })
 		st = m
 	}
-	f := &fixture{store: st, src: src, now: time.Unix(1_700_000_000, 0)}
+	f := &fixture{store: st, src: src, now: time.Unix(1_700_000_000, 0), reg: prometheus.NewRegistry()}
+	now := func() time.Time { return f.now }
 	f.r = New(Options{
 		Pool: "ns/pool", TTL: time.Minute, PD: pd,
 		Keys: headerKeys{}, Store: st, Backends: src,
-		Balancer: bal, Failed: NewFailSet(10*time.Second, func() time.Time { return f.now }),
-		Metrics: metrics.New(prometheus.NewRegistry()),
-		Now:     func() time.Time { return f.now },
+		Balancer: bal,
+		Outliers: outlier.New(outlier.Options{Pool: "ns/pool", Now: now, Config: config.OutlierDetection{
+			ConsecutiveFailures: 5, BaseEjectionTime: config.Duration{Duration: 10 * time.Second},
+			MaxEjectionTime: config.Duration{Duration: time.Minute}, MaxEjectionPercent: 100,
+		}}),
+		Metrics: metrics.New(f.reg),
+		Now:     now,
 	})
 	return f
 }
@@ -167,26 +175,54 @@ func TestRebindWhenBoundBackendLeaves(t *testing.T) {
 	}
 }
 
-func TestRetryMarksFailedAndRebinds(t *testing.T) {
-	f := newFixture(t, nil, newSource(be("a"), be("b")), false)
+// TestRetryRebindsAway: a retry goes to another backend and rebinds the
+// session there; while the failed backend is ejected no session goes to
+// it, and the sessions still bound to it rebind with reason "ejected".
+func TestRetryRebindsAway(t *testing.T) {
+	f := newFixture(t, nil, newSource(be("a"), be("b"), be("c")), false)
 	first := f.resolve(t, "s1")
-	d, err := f.r.Retry(context.Background(), first)
+	// Another session on the same backend.
+	var other string
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprint("other-", i); f.resolve(t, k).Backend.ID == first.Backend.ID {
+			other = k
+		}
+	}
+	f.r.o.Outliers.Failure(first.Backend.ID, outlier.ConnectFailed)
+	d, err := f.r.Retry(context.Background(), first, ReasonConnectFailed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Backend.ID == first.Backend.ID || d.Outcome != Rebind {
 		t.Fatalf("retry = %+v, want rebind away from %s", d, first.Backend.ID)
 	}
-	// While failed, no session (new or keyless) goes to the failed backend.
+	// While ejected, no session (new or keyless) goes to the backend.
 	for i := 0; i < 20; i++ {
 		if got := f.resolve(t, ""); got.Backend.ID == first.Backend.ID {
-			t.Fatal("failed backend chosen for a keyless request")
+			t.Fatal("ejected backend chosen for a keyless request")
 		}
 	}
 	if got := f.resolve(t, "s1"); got.Outcome != Hit || got.Backend.ID != d.Backend.ID {
 		t.Fatalf("next turn = %+v, want hit on %s", got, d.Backend.ID)
 	}
-	// After the fail timeout the backend is selectable again.
+	if got := f.resolve(t, other); got.Outcome != Rebind || got.Backend.ID == first.Backend.ID {
+		t.Fatalf("a session bound to the ejected backend: %+v, want rebind elsewhere", got)
+	}
+	for reason, want := range map[Reason]float64{ReasonConnectFailed: 1, ReasonEjected: 1, ReasonUnselectable: 0} {
+		got, _ := testkit.FindMetric(f.reg, "tether_session_rebinds_total", "reason", string(reason))
+		if got != want {
+			t.Errorf("rebinds{reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+	// A retry of an unsticky request avoids the failed backend even when
+	// it is not ejected.
+	for i := 0; i < 20; i++ {
+		keyless := f.resolve(t, "")
+		if d, err := f.r.Retry(context.Background(), keyless, ReasonEmptyResponse); err != nil || d.Backend.ID == keyless.Backend.ID {
+			t.Fatalf("keyless retry from %s: %+v %v", keyless.Backend.ID, d, err)
+		}
+	}
+	// After the ejection the backend is selectable again.
 	f.now = f.now.Add(11 * time.Second)
 	seen := false
 	for i := 0; i < 50 && !seen; i++ {
@@ -332,7 +368,7 @@ func BenchmarkResolveHit(b *testing.B) {
 	r := New(Options{
 		Pool: "ns/pool", TTL: time.Minute, Keys: headerKeys{}, Store: m,
 		Backends: newSource(be("a"), be("b"), be("c")), Balancer: balance.New(),
-		Failed: NewFailSet(time.Second, nil), Metrics: metrics.New(prometheus.NewRegistry()),
+		Metrics: metrics.New(prometheus.NewRegistry()),
 	})
 	rq := req("session-1")
 	ctx := context.Background()

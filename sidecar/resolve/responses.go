@@ -65,7 +65,7 @@ func (r *Resolver) responseKey(id string) string {
 // false when it names none or tether has no binding for it (or the store
 // failed): the request is then routed as any other, and the backend
 // answers for an id it does not know. A binding whose backend is no
-// longer selectable — gone, failed, or restarted since (its memory, and
+// longer selectable — gone, ejected, or restarted since (its memory, and
 // the response, are gone) — is a *responses.LostError.
 func (r *Resolver) resolveCall(ctx context.Context, call responses.Call) (d *Decision, err error, done bool) {
 	if call.ID == "" {
@@ -106,7 +106,7 @@ func (r *Resolver) resolveCall(ctx context.Context, call responses.Call) (d *Dec
 		// costs only a cache, so any prefill of the group will do.
 		if pf, live = r.current(set, b.PrefillPod, b.Created); !live || pf.Group != be.Group {
 			if pf, live = r.o.Balancer.Pick(set.Prefill, func(c discovery.Backend) bool {
-				return c.Group == be.Group && !r.o.Failed.Failed(c.ID)
+				return c.Group == be.Group && !r.o.Outliers.Ejected(c.ID)
 			}); !live {
 				return nil, ErrNoBackend, true
 			}

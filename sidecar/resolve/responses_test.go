@@ -57,7 +57,7 @@ func TestResponsePDPair(t *testing.T) {
 			t.Fatalf("next turn: %+v, %v; first on %s/%s", got, err, first.Backend.ID, first.Prefill.ID)
 		}
 		// A pinned request is never retried elsewhere.
-		if _, err := f.r.Retry(context.Background(), got); !errors.Is(err, ErrPinned) {
+		if _, err := f.r.Retry(context.Background(), got, ReasonConnectFailed); !errors.Is(err, ErrPinned) {
 			t.Fatalf("Retry of a pinned request: %v", err)
 		}
 		f.now = f.now.Add(20 * 1e9) // past the fail timeout the retry marked

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/token"
@@ -210,7 +211,7 @@ func TestTokenRouting(t *testing.T) {
 	if d := res("Yw=="); d.Outcome != Hit || d.Backend.ID != "c" { // unsigned "c"
 		t.Fatalf("unsigned token by name: %+v", d)
 	}
-	f.r.o.Failed.Mark("b")
+	f.r.o.Outliers.Failure("b", outlier.ConnectFailed)
 	if d := res(codec.Sign("b", "", placed)); d.Outcome != Miss || d.Backend.ID == "b" {
 		t.Fatalf("token of a failed backend: %+v", d)
 	}
@@ -241,7 +242,7 @@ func TestDecisionCarriesTokens(t *testing.T) {
 	if !slices.Equal(first.Tokens, want) {
 		t.Fatalf("tokens %+v, want %+v", first.Tokens, want)
 	}
-	retried, err := f.r.Retry(context.Background(), first)
+	retried, err := f.r.Retry(context.Background(), first, ReasonConnectFailed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,9 +82,8 @@ func (s *Server) debugConfig(w http.ResponseWriter, _ *http.Request) {
 
 // debugBackends answers GET /debug/backends: every pool's selectable
 // backends as discovery lists them now, with what this replica knows of
-// each: marked failed after a refused connection (not selectable until
-// proxy.failTimeout passes), requests in flight from here, and the load
-// last scraped.
+// each: ejected by outlier detection (not selectable until the ejection
+// ends), requests in flight from here, and the load last scraped.
 func (s *Server) debugBackends(w http.ResponseWriter, _ *http.Request) {
 	type load struct {
 		Waiting float64 `json:"waiting"`
@@ -100,7 +99,7 @@ func (s *Server) debugBackends(w http.ResponseWriter, _ *http.Request) {
 		Group      string `json:"group,omitempty"`
 		Since      string `json:"readySince,omitempty"`
 		Selectable bool   `json:"selectable"`
-		Failed     bool   `json:"failed"`
+		Ejected    bool   `json:"ejected"`
 		InFlight   int64  `json:"inFlight"`
 		Load       *load  `json:"load,omitempty"`
 	}
@@ -117,9 +116,9 @@ func (s *Server) debugBackends(w http.ResponseWriter, _ *http.Request) {
 		pv := pool{Name: p.cfg.Name, Synced: p.src.Synced(), Backends: []backend{}}
 		add := func(list []discovery.Backend, role string) {
 			for _, b := range list {
-				failed := s.failed.Failed(b.ID)
+				ejected := p.outliers.Ejected(b.ID)
 				bv := backend{ID: b.ID, Name: b.Name, Addr: b.Addr, Role: role, Group: b.Group,
-					Selectable: !failed, Failed: failed, InFlight: p.bal.Outstanding(b.ID)}
+					Selectable: !ejected, Ejected: ejected, InFlight: p.bal.Outstanding(b.ID)}
 				if !b.Since.IsZero() {
 					bv.Since = b.Since.UTC().Format(time.RFC3339)
 				}

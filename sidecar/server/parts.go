@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/discovery/kube"
+	"github.com/tetherproxy/tether/sidecar/healthcheck"
 	"github.com/tetherproxy/tether/sidecar/jwtauth"
+	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/gossip"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
@@ -35,10 +38,24 @@ func newStore(ctx context.Context, cfg *config.Config, deps Deps, limits gossip.
 	}
 }
 
-// newSource builds a pool's discovery.
-func newSource(pc config.Pool, deps Deps, reg prometheus.Registerer, log *slog.Logger) (discovery.Source, error) {
+// newSource builds a pool's discovery: static backends (behind their
+// health checks, when configured) or Kubernetes pods.
+func (s *Server) newSource(pc *config.Pool, deps Deps, log *slog.Logger) (discovery.Source, error) {
+	reg := s.reg
 	if len(pc.Backends.Static) > 0 {
-		return discovery.NewStatic(pc.Backends.Static), nil
+		static := discovery.NewStatic(pc.Backends.Static)
+		hc := pc.Backends.HealthCheck
+		if hc == nil {
+			return static, nil
+		}
+		// Checks have a transport of their own, which dials the configured
+		// backends only (the proxy's guard admits healthy ones alone).
+		t := proxy.NewTransport(proxy.TransportOptions{DialTimeout: s.cfg.Proxy.DialTimeout.Duration, Allowed: static.Current().HasAddr})
+		s.closers = append(s.closers, t.CloseIdleConnections)
+		return healthcheck.New(healthcheck.Options{
+			Backends: static, Config: *hc, Client: &http.Client{Transport: t},
+			Reg: prometheus.WrapRegistererWith(prometheus.Labels{"pool": pc.Name}, reg), Log: log.With("pool", pc.Name),
+		}), nil
 	}
 	if deps.Kube == nil {
 		return nil, fmt.Errorf("pools[%s].backends: kubernetes discovery needs a Kubernetes client", pc.Name)

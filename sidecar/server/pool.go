@@ -14,6 +14,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/loadscrape"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/modelserver"
+	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/proxy"
 	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/responses"
@@ -27,7 +28,6 @@ type poolDeps struct {
 	deps    Deps
 	store   store.Store
 	claims  *jwtauth.Verifier
-	failed  *resolve.FailSet
 	metrics *metrics.Metrics
 	scrapes *http.Client
 	keys    *session.KeyHasher
@@ -41,12 +41,15 @@ type poolView struct {
 	src  discovery.Source
 	bal  *balance.Balancer
 	load *loadscrape.Scraper // nil without load scraping
+	// outliers is the pool's outlier detection (nil: off; it ejects none).
+	outliers *outlier.Detector
 }
 
-// newPool wires one pool: its discovery, load scraping, balancer, session
-// tokens, key extractor and resolver; its long-running parts join
-// s.background.
-func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
+// newPool wires one pool: its discovery (health-checked, for static
+// backends with a health check), outlier detection, transport, load
+// scraping, balancer, session tokens, key extractor and resolver; its
+// long-running parts join s.background.
+func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 	log := s.log.With("pool", pc.Name)
 	var claims session.ClaimReader
 	if sh.claims != nil {
@@ -73,17 +76,28 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 		err     error
 	)
 	if ref := pc.Backends.ModelServer; ref != nil {
-		defined, err = s.newModelServerSource(pc, *ref, sh, keys, codec != nil)
+		defined, err = s.newModelServerSource(*pc, *ref, sh, keys, codec != nil)
 		src = defined
 	} else {
-		src, err = newSource(pc, sh.deps, s.reg, s.log)
+		src, err = s.newSource(pc, sh.deps, s.log)
 	}
 	if err != nil {
 		return proxy.Pool{}, err
 	}
+	tuning := s.cfg.ProxyFor(pc)
+	outliers := outlier.New(outlier.Options{
+		Pool: pc.Name, Config: *tuning.OutlierDetection, Reg: s.reg, Log: log,
+		// The decode half is what requests connect to, and what is ejected.
+		Size: func() int { return len(src.Current().Backends) },
+	})
+	transport := proxy.NewTransport(proxy.TransportOptions{
+		DialTimeout: s.cfg.Proxy.DialTimeout.Duration,
+		Allowed:     s.discovered,
+	})
+	s.closers = append(s.closers, transport.CloseIdleConnections)
 	s.sources[pc.Name] = src
 	s.background = append(s.background, lifecycle.Part{Name: "discovery of " + pc.Name, Run: src.Run})
-	view := &poolView{cfg: pc, src: src}
+	view := &poolView{cfg: *pc, src: src, outliers: outliers}
 	s.pools = append(s.pools, view)
 	var balOpts []balance.Option
 	var load resolve.LoadReader
@@ -106,7 +120,7 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	view.bal = bal
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
-		Store: sh.store, Backends: src, Balancer: bal, Failed: sh.failed, Metrics: sh.metrics,
+		Store: sh.store, Backends: src, Balancer: bal, Outliers: outliers, Metrics: sh.metrics,
 		Log: log, Affinity: resolve.AffinityFrom(pc.Affinity), Load: load, Tokens: codec, StoreKeys: sh.keys,
 		Responses: sh.responses,
 	}
@@ -118,7 +132,12 @@ func (s *Server) newPool(pc config.Pool, sh poolDeps) (proxy.Pool, error) {
 	}
 	pp := proxy.Pool{
 		Name: pc.Name, Models: pc.Models, Balancer: bal,
-		PrefillHeader: pc.Backends.PrefillHeader, StripHeaders: pc.RoutingHeaders(),
+		Outliers: outliers, Transport: transport,
+		// A ModelServer's trafficPolicy.timeout, when it sets one, is the
+		// decision's Timeout and overrides this per request.
+		FirstByteTimeout: tuning.FirstByteTimeout.Duration,
+		PrefillHeader:    pc.Backends.PrefillHeader,
+		StripHeaders:     pc.RoutingHeaders(),
 	}
 	if defined != nil {
 		// The ModelServer says whether the pool is PD (pdGroup), its

@@ -23,7 +23,6 @@ import (
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
-	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
@@ -58,7 +57,6 @@ type Server struct {
 	// sources are the pools' discovery, by pool name.
 	sources   map[string]discovery.Source
 	pools     []*poolView
-	failed    *resolve.FailSet
 	keys      *session.KeyHasher
 	level     *slog.LevelVar
 	listeners []*listener
@@ -136,25 +134,18 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 	// backends are dialled.
 	scrapeTransport := proxy.NewTransport(proxy.TransportOptions{DialTimeout: cfg.Proxy.DialTimeout.Duration, Allowed: s.discovered})
 	s.closers = append(s.closers, scrapeTransport.CloseIdleConnections)
-	s.failed = resolve.NewFailSet(cfg.Proxy.FailTimeout.Duration, nil)
 	shared := poolDeps{
 		deps: deps, store: st, claims: claims, metrics: metrics.New(s.reg),
-		failed: s.failed, scrapes: &http.Client{Transport: scrapeTransport}, keys: s.keys,
+		scrapes: &http.Client{Transport: scrapeTransport}, keys: s.keys,
 		responses: responses.NewMetrics(s.reg),
 	}
 	listenerMetrics := newListenerMetrics(s.reg)
-	transport := proxy.NewTransport(proxy.TransportOptions{
-		DialTimeout:           cfg.Proxy.DialTimeout.Duration,
-		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Duration,
-		Allowed:               s.discovered,
-	})
-	s.closers = append(s.closers, transport.CloseIdleConnections)
 	var lpools []limitPool
 	for _, l := range cfg.Listeners() {
 		var pools []proxy.Pool
 		var names []string
 		for _, i := range l.Pools {
-			pp, err := s.newPool(cfg.Pools[i], shared)
+			pp, err := s.newPool(&cfg.Pools[i], shared)
 			if err != nil {
 				return nil, err
 			}
@@ -168,7 +159,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 		}
 		h := proxy.New(proxy.Options{
 			Pools: pools, MaxBodyBytes: cfg.Proxy.MaxRequestBodyBytes, BodyReadTimeout: cfg.Proxy.BodyReadTimeout.Duration,
-			Transport: transport, Metrics: shared.metrics, AccessLog: log, Body: fields,
+			Metrics: shared.metrics, AccessLog: log, Body: fields,
 		})
 		active, shed := listenerMetrics.of(l.Addr)
 		s.listeners = append(s.listeners, &listener{pools: names, srv: &http.Server{

@@ -190,8 +190,8 @@ func TestMetricsExposed(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`tether_requests_total{code="200",decision="miss",pool="default/m"} 1`,
-		`tether_requests_total{code="200",decision="hit",pool="default/m"} 1`,
+		`tether_requests_total{code="200",decision="miss",outcome="completed",pool="default/m"} 1`,
+		`tether_requests_total{code="200",decision="hit",outcome="completed",pool="default/m"} 1`,
 		`tether_session_lookups_total{pool="default/m",result="hit"} 1`,
 		`tether_bindings_live 1`,
 		`tether_upstream_response_seconds_bucket`,

@@ -100,6 +100,18 @@ func (p *Process) Tail(n int) string {
 	return string(bytes.Join(lines[max(0, len(lines)-n):], []byte("\n")))
 }
 
+// Signal sends sig to the process group.
+func (p *Process) Signal(sig syscall.Signal) error { return syscall.Kill(-p.Pid(), sig) }
+
+// Kill sends SIGKILL to the process group and waits for the process to end.
+func (p *Process) Kill() {
+	_ = p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Done is closed when the process has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
 // Stop sends SIGTERM to the process group, then SIGKILL after 5 s.
 func (p *Process) Stop() {
 	select {

@@ -62,6 +62,9 @@ type Options struct {
 	MaxStoredResponses int
 	// Logger receives one line per finished completion request; nil discards.
 	Logger *slog.Logger
+	// Fault, if set, fails every completion request from the start
+	// (SetFault changes it at run time).
+	Fault Fault
 
 	maxBody int64 // MaxBodyBytes; smaller in tests
 }

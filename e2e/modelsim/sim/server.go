@@ -35,6 +35,8 @@ type Server struct {
 	laneMu   sync.Mutex // guards laneFree
 	laneFree time.Time  // SerialPrefill: when the prefill lane is next idle
 
+	fault atomic.Pointer[Fault]
+
 	heldBlocks       atomic.Int64 // KV blocks of the running requests
 	requests         atomic.Int64
 	promptTokens     atomic.Int64
@@ -54,6 +56,7 @@ func New(o Options) *Server {
 		responses: &responseStore{m: map[string]*stored{}, max: o.MaxStoredResponses},
 	}
 	s.metrics = newMetrics(s)
+	s.SetFault(o.Fault)
 	mux := http.NewServeMux()
 	route := func(method, path string, h http.HandlerFunc) {
 		mux.HandleFunc(method+" "+path, h)
@@ -62,19 +65,30 @@ func New(o Options) *Server {
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "use "+method+" for "+path)
 		})
 	}
-	route("POST", "/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Chat) })
-	route("POST", "/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Completion) })
-	mux.HandleFunc("POST /v1/responses", s.createResponse)
-	mux.HandleFunc("GET /v1/responses/{id}", s.getResponse)
-	mux.HandleFunc("DELETE /v1/responses/{id}", s.deleteResponse)
-	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.cancelResponse)
-	mux.HandleFunc("GET /v1/responses/{id}/input_items", s.inputItems)
+	// Completion-like routes (the Responses API's included) fail under
+	// the current fault; the others keep answering.
+	faulty := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !s.failed(w, r) {
+				h(w, r)
+			}
+		}
+	}
+	route("POST", "/v1/chat/completions", faulty(func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Chat) }))
+	route("POST", "/v1/completions", faulty(func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, Completion) }))
+	mux.HandleFunc("POST /v1/responses", faulty(s.createResponse))
+	mux.HandleFunc("GET /v1/responses/{id}", faulty(s.getResponse))
+	mux.HandleFunc("DELETE /v1/responses/{id}", faulty(s.deleteResponse))
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", faulty(s.cancelResponse))
+	mux.HandleFunc("GET /v1/responses/{id}/input_items", faulty(s.inputItems))
 	route("GET", "/v1/models", s.models)
 	route("GET", "/health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	route("GET", "/metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP)
 	route("GET", "/sim/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	mux.HandleFunc("GET /sim/timing", s.getTiming)
 	route("POST", "/sim/timing", s.postTiming)
+	mux.HandleFunc("GET /sim/fault", s.getFault)
+	route("POST", "/sim/fault", s.postFault)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found_error", "no route for "+r.Method+" "+r.URL.Path)
 	})

@@ -1,0 +1,356 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/outlier"
+	"github.com/tetherproxy/tether/sidecar/resolve"
+)
+
+// Outcomes: how a request ended, the outcome label of
+// tether_requests_total and the access log's "outcome".
+const (
+	// Completed: the whole response reached the client (whatever its
+	// status, an error the sidecar answered itself included).
+	Completed = "completed"
+	// ClientClosed: the client went away before the response ended.
+	ClientClosed = "client_closed"
+	// UpstreamReset: the backend's connection failed before or while it
+	// answered (502, or a stream cut short).
+	UpstreamReset = "upstream_reset"
+	// Timeout: the backend sent no response headers within the pool's
+	// first-byte timeout (504).
+	Timeout = "timeout"
+)
+
+// exchange is one request, from its arrival to its access-log line: the
+// state ServeHTTP owns and finish accounts for, once. It is the
+// ResponseWriter the reverse proxy writes to (its recorder sees status,
+// bytes and the client's write errors), and the outbound request's
+// context carries it to the reverse proxy's hooks, which only read the
+// current decision (rewrite) and record what happened (modifyResponse,
+// proxyError). Whether to try again is decided in forward alone.
+type exchange struct {
+	recorder
+	h     *Handler
+	in    *http.Request
+	start time.Time
+	// requestID is the client's X-Request-Id, or the one generated (and
+	// forwarded) for it; traceparent the W3C trace context, if any.
+	requestID, traceparent string
+	idValues               [1]string // the header's values of a generated id
+
+	pool     *Pool
+	d        *resolve.Decision // the current attempt's
+	release  func()            // the balancer's count of the current attempt
+	reqBytes []byte
+	reqBody  requestBody // reqBytes, read by the current attempt
+	// pinned: the resolver refused to move the request (resolve.ErrPinned:
+	// the stored response it names is on its backend only).
+	pinned bool
+
+	// The current attempt.
+	sent   time.Time     // handed to the reverse proxy
+	header time.Duration // until the response headers; 0 without them
+	status int           // the backend's status; 0 without a response
+	conn   bool          // a connection to the backend was obtained
+	reused bool          // ... one that had carried requests before
+	upErr  error         // the round trip failed: no response
+	upBody upstreamBody  // the backend's response body, watched
+	done   bool          // the reverse proxy relayed the response to its end
+
+	// The first attempt, when it was retried.
+	retry     resolve.Reason
+	failedPod string
+	// noRetry says why a retryable failure was not retried (no other backend).
+	noRetry error
+
+	trace httptrace.ClientTrace
+	attrs [24]slog.Attr // the access-log line's, without an allocation
+}
+
+type exchangeKey struct{}
+
+// exchangeOf returns the exchange an outbound request belongs to.
+func exchangeOf(r *http.Request) *exchange { return r.Context().Value(exchangeKey{}).(*exchange) }
+
+// requestBody replays the request body read up front, once per attempt.
+type requestBody struct{ bytes.Reader }
+
+func (*requestBody) Close() error { return nil }
+
+// upstreamBody is the backend's response body as the reverse proxy reads
+// it; err is the first read error other than its end.
+type upstreamBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// forward proxies the request to d's backend. An attempt that failed
+// before any response byte (a refused connection, a connection closed or
+// reset before the answer began) is retried once, on another backend,
+// unless the resolver pins the request to the first (resolve.ErrPinned). Every attempt's
+// result goes to the pool's outlier detection.
+func (x *exchange) forward(d *resolve.Decision, body []byte) {
+	p := x.pool
+	x.reqBytes = body
+	x.trace.GotConn = x.gotConn
+	ctx := httptrace.WithClientTrace(context.WithValue(x.in.Context(), exchangeKey{}, x), &x.trace)
+	inflight := p.m.inFlight()
+	inflight.Inc()
+	defer inflight.Dec()
+	for {
+		x.begin(d)
+		out := x.in.WithContext(ctx)
+		x.reqBody.Reset(body)
+		out.Body, out.ContentLength, out.GetBody = &x.reqBody, int64(len(body)), x.rewind
+		p.rp.ServeHTTP(x, out)
+		if x.upErr == nil {
+			x.done = true // (a stream cut short panics out of ServeHTTP instead)
+			return
+		}
+		kind, reason := x.failed()
+		if kind != "" {
+			p.Outliers.Failure(x.d.Backend.ID, kind)
+		}
+		if reason == "" {
+			break
+		}
+		nd, err := p.Resolver.Retry(x.in.Context(), x.d, reason)
+		if errors.Is(err, resolve.ErrPinned) {
+			x.pinned = true
+			break
+		}
+		if err != nil {
+			x.noRetry = err
+			break
+		}
+		p.m.retries[reason]().Inc()
+		x.retry, x.failedPod = reason, x.d.Backend.Name
+		d = nd
+	}
+	x.answerFailure()
+}
+
+// begin starts an attempt on d.
+func (x *exchange) begin(d *resolve.Decision) {
+	if x.release != nil {
+		x.release()
+	}
+	x.d = d
+	x.release = x.pool.Balancer.Acquire(d.Backend.ID)
+	x.conn, x.reused, x.upErr, x.status, x.header = false, false, nil, 0, 0
+	x.sent = x.h.o.Now()
+}
+
+// rewind is the outbound request's GetBody: the transport replays the
+// body itself when a reused connection failed before anything was written.
+func (x *exchange) rewind() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(x.reqBytes)), nil
+}
+
+func (x *exchange) gotConn(info httptrace.GotConnInfo) { x.conn, x.reused = true, info.Reused }
+
+// answered is called with the backend's response headers.
+func (x *exchange) answered(resp *http.Response) {
+	x.header = x.h.o.Now().Sub(x.sent)
+	x.status = resp.StatusCode
+	if resp.StatusCode != http.StatusSwitchingProtocols { // an upgraded body must stay writable
+		x.upBody = upstreamBody{ReadCloser: resp.Body}
+		resp.Body = &x.upBody
+	}
+}
+
+// failed classifies the current attempt's failure: the kind outlier
+// detection counts ("" for none: the client went away, or the request
+// never reached the network) and the reason to retry it ("" for none).
+// Only failures before any response byte are retried, and only once: a
+// refused connection (nothing reached the backend), or a connection
+// closed or reset before the answer began (HAProxy's retry-on
+// conn-failure empty-response, Envoy's reset): a reused keep-alive one
+// (the backend went away, or closed the idle connection as the request
+// was sent) or a fresh one (a crashing worker). Nothing reached the
+// client and a completion has no side effect beyond compute; should the
+// request itself be what breaks backends, the one retry bounds the harm
+// to a second backend, and outlier detection ejects a backend that keeps
+// doing it. A first-byte timeout is not retried: the backend may still
+// be computing the answer, and a second wait would double the client's.
+func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
+	var kind outlier.Kind
+	var reason resolve.Reason
+	switch err := x.upErr; {
+	case x.in.Context().Err() != nil:
+		return "", ""
+	case isDialError(err):
+		kind, reason = outlier.ConnectFailed, resolve.ReasonConnectFailed
+	case isTimeout(err):
+		kind = outlier.Timeout
+	case x.reused:
+		kind, reason = outlier.EmptyResponse, resolve.ReasonEmptyResponse
+	case x.conn:
+		kind, reason = outlier.Reset, resolve.ReasonEmptyResponse
+	default:
+		return "", ""
+	}
+	if x.retry != "" || x.wrote {
+		reason = ""
+	}
+	return kind, reason
+}
+
+// answerFailure answers a request whose last attempt got no response.
+// The message names no backend (the access log does).
+func (x *exchange) answerFailure() {
+	switch {
+	case x.in.Context().Err() != nil:
+		x.code = 499 // nobody to answer; nginx's code for a closed client, for the log
+	case isTimeout(x.upErr):
+		writeError(x, http.StatusGatewayTimeout, "the backend timed out before answering")
+	case x.noRetry != nil:
+		writeError(x, http.StatusBadGateway, "the backend failed before answering, and no other backend is selectable")
+	default:
+		writeError(x, http.StatusBadGateway, "the backend failed before answering")
+	}
+}
+
+// outcome says how the request ended, and the error that ended it early.
+func (x *exchange) outcome() (string, error) {
+	gone := x.in.Context().Err() != nil
+	var err error
+	switch {
+	case x.clientErr != nil:
+		return ClientClosed, x.clientErr
+	case x.upErr != nil:
+		err = x.upErr
+	case x.upBody.err != nil:
+		err = x.upBody.err
+	case x.d != nil && !x.done:
+		// The reverse proxy aborted the stream (http.ErrAbortHandler)
+		// without a read or write error of ours.
+	default:
+		return Completed, nil
+	}
+	switch {
+	case gone:
+		return ClientClosed, err
+	case isTimeout(err) && !isDialError(err):
+		return Timeout, err
+	}
+	return UpstreamReset, err
+}
+
+// report tells outlier detection how a response the backend sent ended.
+func (x *exchange) report(outcome string) {
+	o, id := x.pool.Outliers, x.d.Backend.ID
+	switch {
+	case x.status >= 500:
+		o.Failure(id, outlier.ServerError)
+	case outcome == UpstreamReset:
+		o.Failure(id, outlier.Reset)
+	case outcome == Timeout:
+		o.Failure(id, outlier.Timeout)
+	case outcome == Completed:
+		o.Success(id)
+	}
+}
+
+// finish writes the access-log line and the request's metrics, and
+// returns the balancer's count: once per request, however it ended.
+func (x *exchange) finish() {
+	if x.release != nil {
+		x.release()
+	}
+	elapsed := x.h.o.Now().Sub(x.start)
+	outcome, err := x.outcome()
+	if x.status != 0 {
+		x.report(outcome)
+	}
+	code := x.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	decision := "error" // no decision was made: the request failed before
+	attrs := append(x.attrs[:0], slog.String("request_id", x.requestID))
+	if x.traceparent != "" {
+		attrs = append(attrs, slog.String("traceparent", x.traceparent))
+	}
+	if x.pool != nil {
+		attrs = append(attrs, slog.String("pool", x.pool.Name))
+	}
+	if d := x.d; d != nil {
+		decision = string(d.Outcome)
+		attrs = append(attrs,
+			slog.String("source", string(d.Source)),
+			slog.String("key_hash", d.KeyHash),
+			slog.String("decision", decision),
+			slog.String("selected_pod", d.Backend.Name),
+		)
+		if d.Prefill.ID != "" {
+			attrs = append(attrs, slog.String("prefill_pod", d.Prefill.Name))
+		}
+		if x.retry != "" {
+			attrs = append(attrs, slog.Bool("retried", true), slog.String("retry_reason", string(x.retry)),
+				slog.String("failed_pod", x.failedPod))
+		}
+		if x.pinned {
+			attrs = append(attrs, slog.Bool("pinned", true))
+		}
+		if d.StoreError {
+			attrs = append(attrs, slog.Bool("store_error", true))
+		}
+		if x.status != 0 {
+			x.pool.m.upstream().Observe(x.header.Seconds())
+			attrs = append(attrs, slog.Float64("upstream_header_ms", ms(x.header)))
+		}
+	}
+	attrs = append(attrs,
+		slog.String("method", x.in.Method),
+		slog.String("path", x.in.URL.Path),
+		slog.Int("status", code),
+		slog.String("outcome", outcome),
+		slog.Int64("bytes", x.bytes),
+		slog.Float64("duration_ms", ms(elapsed)),
+	)
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	x.h.o.AccessLog.LogAttrs(x.in.Context(), slog.LevelInfo, "request", attrs...)
+	if x.pool == nil {
+		x.h.noPool.Inc(decision, code, outcome)
+		return
+	}
+	m := &x.pool.m
+	m.requests.Inc(decision, code, outcome)
+	m.bytes().Add(float64(x.bytes))
+	m.duration().Observe(elapsed.Seconds())
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
+}
+
+// isDialError reports whether err happened while connecting (the dial
+// guard's refusal included), so no byte reached a backend.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

@@ -1,0 +1,98 @@
+package proxy
+
+import "math/rand/v2"
+
+// What the proxy reads from a request for its own use: the request id and
+// trace context the access log carries.
+
+// RequestIDHeader carries a request's id: passed through when the client
+// (the router) sent a usable one, generated and forwarded otherwise, so
+// the backend's logs and the access log name the same id.
+const RequestIDHeader = "X-Request-Id"
+
+// maxRequestIDLen bounds a client's request id (UUIDs are 36 characters,
+// other schemes rarely reach 64); a longer one is replaced.
+const maxRequestIDLen = 128
+
+// identify reads (or gives) the request its id and reads its W3C trace
+// context.
+func (x *exchange) identify() {
+	id := x.in.Header.Get(RequestIDHeader)
+	if !validRequestID(id) {
+		id = newRequestID()
+		x.idValues[0] = id
+		x.in.Header[RequestIDHeader] = x.idValues[:] // Header.Set, without its allocation
+	}
+	x.requestID = id
+	if tp := x.in.Header.Get("Traceparent"); validTraceparent(tp) {
+		x.traceparent = tp
+	}
+}
+
+// validRequestID accepts 1 to maxRequestIDLen visible ASCII characters.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestID returns a random UUID (version 4), as Envoy and nginx's
+// $request_id users expect. An id needs to be unique, not secret: the
+// runtime's per-thread ChaCha8 generator is enough and never blocks.
+func newRequestID() string {
+	var u [16]byte
+	hi, lo := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		u[i], u[8+i] = byte(hi>>(56-8*i)), byte(lo>>(56-8*i))
+	}
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	const hexdigits = "0123456789abcdef"
+	var s [36]byte
+	j := 0
+	for i, b := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			s[j] = '-'
+			j++
+		}
+		s[j], s[j+1] = hexdigits[b>>4], hexdigits[b&0x0f]
+		j += 2
+	}
+	return string(s[:])
+}
+
+// maxTraceparentLen bounds a traceparent the log repeats (version 00 is
+// 55 characters; later versions may append fields).
+const maxTraceparentLen = 256
+
+// validTraceparent accepts a W3C traceparent: version-traceid-parentid-
+// flags in lowercase hex (2-32-16-2), and for versions after 00 anything
+// after a further dash. Anything else is not logged.
+func validTraceparent(tp string) bool {
+	if len(tp) < 55 || len(tp) > maxTraceparentLen || (len(tp) > 55 && (tp[:2] == "00" || tp[55] != '-')) {
+		return false
+	}
+	for i := 0; i < 55; i++ {
+		c := tp[i]
+		switch i {
+		case 2, 35, 52:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	// All-zero ids and version ff are invalid.
+	return tp[:2] != "ff" && tp[3:35] != zeros[:32] && tp[36:52] != zeros[:16]
+}
+
+const zeros = "00000000000000000000000000000000"
