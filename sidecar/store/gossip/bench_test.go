@@ -238,22 +238,12 @@ func BenchmarkBytesPerBinding(b *testing.B) {
 	}
 }
 
-// createKeys are the keys BenchmarkStoreCreate cycles through: ten times
-// the replica's cap, so that once it is full every Create evicts.
-var createKeys = sync.OnceValue(func() []string {
-	ks := make([]string, 1_000_000)
-	for i := range ks {
-		ks[i] = storebench.Key(i)
-	}
-	return ks
-})
-
 // BenchmarkStoreCreate is a new session's commit through the public API of
 // a replica alone in its ring, at its cap of 100,000 bindings (each Create
 // evicts one), from one goroutine per core. It includes the announcement
 // (encoding the delta, queueing it for gossip and the direct sends).
 func BenchmarkStoreCreate(b *testing.B) {
-	ks := createKeys()
+	ks := storebench.CreateKeys()
 	s := startNode(b, newTestNet(), "creator", nil, production,
 		func(c *configGossip, _ *Options) { c.MaxEntries = len(ks) / 10 })
 	for i := range len(ks) / 10 {
@@ -285,7 +275,7 @@ func BenchmarkStoreCreate(b *testing.B) {
 // lookup-and-refresh of one of 100,000 bindings, from parallel goroutines.
 func BenchmarkStoreLookup(b *testing.B) {
 	const n = 100_000
-	ks := createKeys()[:n]
+	ks := storebench.CreateKeys()[:n]
 	s := startNode(b, newTestNet(), "looker", nil, production)
 	for i, k := range ks {
 		if _, err := s.Create(context.Background(), k, storebench.Binding(i), time.Hour); err != nil {

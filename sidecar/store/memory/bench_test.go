@@ -33,21 +33,11 @@ func BenchmarkBytesPerBinding(b *testing.B) {
 	}
 }
 
-// createKeys are the keys BenchmarkCreate cycles through: ten times the
-// store's cap, so that once the store is full every Create evicts.
-var createKeys = sync.OnceValue(func() []string {
-	ks := make([]string, 1_000_000)
-	for i := range ks {
-		ks[i] = storebench.Key(i)
-	}
-	return ks
-})
-
 // BenchmarkCreate is a new session's commit: a Create of a key the store
 // does not hold, into a store at its cap of 100,000 bindings (each Create
 // evicts one), from one goroutine per core.
 func BenchmarkCreate(b *testing.B) {
-	ks := createKeys()
+	ks := storebench.CreateKeys()
 	s := mustNew(b, len(ks)/10, Options{SweepInterval: time.Hour})
 	defer s.Close()
 	for i := range len(ks) / 10 {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/session"
@@ -68,3 +69,14 @@ func BytesPerBinding(s store.Store, from, to int, ttl time.Duration) (float64, e
 	after := HeapAlloc()
 	return float64(int64(after)-int64(before)) / float64(to-from), nil
 }
+
+// CreateKeys are the keys the stores' Create benchmarks cycle through,
+// built once: ten times the 100,000-binding cap those benchmarks set, so
+// that once a store is full every Create evicts.
+var CreateKeys = sync.OnceValue(func() []string {
+	ks := make([]string, 1_000_000)
+	for i := range ks {
+		ks[i] = Key(i)
+	}
+	return ks
+})
