@@ -74,6 +74,8 @@ type exchange struct {
 	noRetry error
 
 	trace httptrace.ClientTrace
+	// clock is the first-byte timeout; its hook is in trace.
+	clock headerClock
 	attrs [24]slog.Attr // the access-log line's, without an allocation
 }
 
@@ -111,6 +113,7 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 	p := x.pool
 	x.reqBytes = body
 	x.trace.GotConn = x.gotConn
+	x.clock.hook(&x.trace)
 	ctx := httptrace.WithClientTrace(context.WithValue(x.in.Context(), exchangeKey{}, x), &x.trace)
 	inflight := p.m.inFlight()
 	inflight.Inc()
