@@ -50,7 +50,7 @@ type exchange struct {
 
 	pool     *Pool
 	d        *resolve.Decision // the current attempt's
-	release  func()            // the balancer's count of the current attempt
+	held     string            // the backend the balancer counts the current attempt on; "" for none
 	reqBytes []byte
 	reqBody  requestBody // reqBytes, read by the current attempt
 	// pinned: the resolver refused to move the request (resolve.ErrPinned:
@@ -153,13 +153,20 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 
 // begin starts an attempt on d.
 func (x *exchange) begin(d *resolve.Decision) {
-	if x.release != nil {
-		x.release()
-	}
+	x.unhold()
 	x.d = d
-	x.release = x.pool.Balancer.Acquire(d.Backend.ID)
+	x.held = d.Backend.ID
+	x.pool.Balancer.Hold(x.held)
 	x.conn, x.reused, x.upErr, x.status, x.header = false, false, nil, 0, 0
 	x.sent = x.h.o.Now()
+}
+
+// unhold ends the balancer's count of the current attempt, if any.
+func (x *exchange) unhold() {
+	if x.held != "" {
+		x.pool.Balancer.Release(x.held)
+		x.held = ""
+	}
 }
 
 // rewind is the outbound request's GetBody: the transport replays the
@@ -276,9 +283,7 @@ func (x *exchange) report(outcome string) {
 // finish writes the access-log line and the request's metrics, and
 // returns the balancer's count: once per request, however it ended.
 func (x *exchange) finish() {
-	if x.release != nil {
-		x.release()
-	}
+	x.unhold()
 	elapsed := x.h.o.Now().Sub(x.start)
 	outcome, err := x.outcome()
 	if x.status != 0 {
