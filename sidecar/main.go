@@ -24,6 +24,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/kubeclient"
 	"github.com/tetherproxy/tether/sidecar/logbuf"
+	"github.com/tetherproxy/tether/sidecar/logjson"
 	"github.com/tetherproxy/tether/sidecar/server"
 )
 
@@ -63,7 +64,8 @@ func run() error {
 	// Batched: one write(2) per request costs more CPU than the request.
 	out := logbuf.New(os.Stderr, logBufferBytes, *logFlush)
 	defer out.Close()
-	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: levelVar}))
+	// slog's JSON lines, the access log's formatted without reflection.
+	log := slog.New(logjson.New(out, &slog.HandlerOptions{Level: levelVar}))
 
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
