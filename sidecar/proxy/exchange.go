@@ -76,7 +76,6 @@ type exchange struct {
 	trace httptrace.ClientTrace
 	// clock is the first-byte timeout; its hook is in trace.
 	clock headerClock
-	attrs [24]slog.Attr // the access-log line's, without an allocation
 }
 
 type exchangeKey struct{}
@@ -294,7 +293,9 @@ func (x *exchange) finish() {
 		code = http.StatusOK
 	}
 	decision := "error" // no decision was made: the request failed before
-	attrs := append(x.attrs[:0], slog.String("request_id", x.requestID))
+	line := accessLines.Get().(*accessLine)
+	defer accessLines.Put(line)
+	attrs := append(line[:0], slog.String("request_id", x.requestID))
 	if x.traceparent != "" {
 		attrs = append(attrs, slog.String("traceparent", x.traceparent))
 	}
