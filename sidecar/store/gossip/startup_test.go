@@ -144,3 +144,60 @@ func TestGraceOnlyCatchesUpOnce(t *testing.T) {
 		return nil
 	})
 }
+
+// kill stops s as kill -9 would: no leave, the others keep it alive in
+// their views until their failure detection declares it dead.
+func kill(s *Store) {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.closeErr = s.ml.Load().Shutdown()
+		s.wg.Wait()
+		s.src.stop()
+	})
+}
+
+// A replica killed and restarted at the same address meets its previous
+// incarnation, still alive in the ring's view (memberlist's production
+// timers take seconds to declare it dead), advertising synced: it pulls
+// from the live member, never from its ghost, which would leave the pull
+// unanswered for TransferTimeout.
+func TestRestartedReplicaIgnoresItsGhost(t *testing.T) {
+	// Registered first, so it runs after the nodes are closed: memberlist's
+	// Shutdown does not wait for a probe in flight, which lasts up to a
+	// ProbeInterval (1s in production), and goleak checks after the tests.
+	t.Cleanup(func() { time.Sleep(2 * time.Second) })
+	tn := newTestNet()
+	a := startNode(t, tn, "a", nil, production)
+	if _, err := a.Create(ctx, skey(1), store.Binding{Pod: "pod-a"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, tn, "b", []string{a.selfAddr}, production)
+	waitMembers(t, []*Store{a, b}, 2, 20*time.Second)
+	testkit.Eventually(t, 20*time.Second, "a to see b synced", func() error {
+		if n := a.member(b.name); n == nil || !peerSynced(n) {
+			return fmt.Errorf("a does not see b synced")
+		}
+		return nil
+	})
+	addr := b.selfAddr
+	kill(b)
+	again := startNode(t, tn, "b", []string{a.selfAddr}, production, func(c *configGossip, _ *Options) { c.Bind = addr })
+	// Seconds before memberlist declares the ghost dead.
+	testkit.Eventually(t, 20*time.Second, "the restarted replica to meet its previous incarnation", func() error {
+		if n := again.member(b.name); n == nil || !peerSynced(n) {
+			return fmt.Errorf("no synced ghost")
+		}
+		return nil
+	})
+	testkit.Eventually(t, 30*time.Second, "the restarted replica to pull the ring's state", func() error {
+		if !again.Synced() || again.Len() != 1 {
+			return fmt.Errorf("synced %v, %d bindings", again.Synced(), again.Len())
+		}
+		return nil
+	})
+	for _, r := range []string{"retry", "gave_up"} {
+		if n := testutil.ToFloat64(again.met.transfers.WithLabelValues(r)); n != 0 {
+			t.Fatalf("%s = %.0f: the restarted replica pulled from its ghost", r, n)
+		}
+	}
+}

@@ -201,6 +201,7 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options) (*Store, er
 	}
 	s.ml.Store(ml)
 	s.selfAddr = ml.LocalNode().Address()
+	s.xfer.self.Store(&s.selfAddr)
 	log.Info("gossip store started", "member", s.name, "addr", s.selfAddr,
 		"discovery", cfg.Discovery, "encrypted", mc.EncryptionEnabled())
 	if !mc.EncryptionEnabled() {

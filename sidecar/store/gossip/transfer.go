@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -46,6 +47,11 @@ import (
 // ring started together makes one catch-up per grace-only replica, not one
 // per member.
 //
+// A replica restarted in place (kill -9, then the same pod IP and port)
+// meets its previous incarnation, still alive in the others' views until
+// memberlist declares it dead: that ghost is neither pulled from (nothing
+// would answer; the pull would wait TransferTimeout) nor handed state.
+//
 // A member that rejoins after less than a blip (four gossip intervals or a
 // probe interval, whichever is longer) was not really apart: memberlist
 // marked it dead on a stale rumour and it refuted at once. It holds this
@@ -65,8 +71,11 @@ const (
 type transfer struct {
 	s     *Store
 	start time.Time
-	kick  chan struct{}
-	reqs  chan syncReq
+	// self is this replica's advertised address, set once memberlist has
+	// started; a member there is a previous incarnation of this replica.
+	self atomic.Pointer[string]
+	kick chan struct{}
+	reqs chan syncReq
 
 	mu        sync.Mutex
 	synced    bool
@@ -134,6 +143,13 @@ func (t *transfer) isSynced() bool {
 	return t.synced
 }
 
+// ghost reports whether n is at this replica's own address: a previous
+// incarnation of this replica.
+func (t *transfer) ghost(n *memberlist.Node) bool {
+	self := t.self.Load()
+	return self != nil && n.Address() == *self
+}
+
 func peerSynced(n *memberlist.Node) bool {
 	return len(n.Meta) >= 2 && n.Meta[0] == metaVersion && n.Meta[1]&metaSynced != 0
 }
@@ -147,7 +163,8 @@ func (t *transfer) joined(n memberlist.Node) {
 	gone, wasGone := t.gone[n.Name]
 	delete(t.gone, n.Name)
 	blip := wasGone && now.Sub(gone) < t.minAbsence
-	candidate := peerSynced(&n) && !blip
+	ghost := t.ghost(&n)
+	candidate := peerSynced(&n) && !blip && !ghost
 	if candidate {
 		t.burst[n.Name] = struct{}{}
 		t.lastJoin = now
@@ -156,9 +173,9 @@ func (t *transfer) joined(n memberlist.Node) {
 		t.metUnsynced[n.Name] = struct{}{}
 	}
 	// Not after a blip: the member held our state a moment ago.
-	handover := !t.synced && !t.pulled && !blip && t.s.st.count.Load() > 0
+	handover := !t.synced && !t.pulled && !blip && !ghost && t.s.st.count.Load() > 0
 	t.mu.Unlock()
-	t.s.log.Debug("gossip: member joined", "member", n.Name, "synced", peerSynced(&n), "blip", blip, "handover", handover)
+	t.s.log.Debug("gossip: member joined", "member", n.Name, "synced", peerSynced(&n), "blip", blip, "ghost", ghost, "handover", handover)
 	if candidate {
 		t.poke()
 	}
@@ -173,7 +190,7 @@ func (t *transfer) joined(n memberlist.Node) {
 func (t *transfer) turnedSynced(n memberlist.Node) {
 	t.mu.Lock()
 	_, met := t.metUnsynced[n.Name]
-	candidate := !t.synced || (t.graceOnly && met)
+	candidate := (!t.synced || (t.graceOnly && met)) && !t.ghost(&n)
 	if candidate {
 		t.turned[n.Name] = struct{}{}
 		t.lastJoin = time.Now()
@@ -324,7 +341,7 @@ func (t *transfer) setSyncedLocked() {
 func (t *transfer) syncedMembers(members []*memberlist.Node, skip map[string]bool) []string {
 	var out []string
 	for _, n := range members {
-		if !skip[n.Name] && peerSynced(n) {
+		if !skip[n.Name] && peerSynced(n) && !t.ghost(n) {
 			out = append(out, n.Name)
 		}
 	}
