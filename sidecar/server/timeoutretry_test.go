@@ -237,3 +237,125 @@ func TestRetryOnFirstByteTimeout(t *testing.T) {
 		}
 	})
 }
+
+// faultOnAsk is a backend named name that answers like a model server,
+// but fails a request that asks it to in header X-Fault-<name>: "reset"
+// (reads it, closes the connection without a response byte), "hang" (no
+// response until the request is cancelled) or "fail" (503).
+func faultOnAsk(t *testing.T, name string) string {
+	return serve(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch r.Header.Get("X-Fault-" + name) {
+		case "reset":
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+			return
+		case "hang":
+			<-r.Context().Done()
+			return
+		case "fail":
+			http.Error(w, "failing", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("X-Modelsim-Id", name)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[]}`)
+	})
+}
+
+// TestSecondRetry: a retry that meets a second faulty backend, which this
+// replica could not know of, is retried once more on a third backend:
+// each retry goes to a backend the request has not failed on, preferring
+// one that is not failing; at most two retries, at most one after a
+// first-byte timeout.
+func TestSecondRetry(t *testing.T) {
+	addr := map[string]string{}
+	for _, n := range []string{"A", "B", "C"} {
+		addr[n] = faultOnAsk(t, n)
+	}
+	sc := startSidecar(t, configFor("default/m", []string{addr["A"], addr["B"], addr["C"]}, `[{type: Header, name: X-Session-ID}]`,
+		"proxy: {firstByteTimeout: 200ms, outlierDetection: {consecutiveFailures: 100}}"))
+	url := sc.url("default/m", "/v1/chat/completions")
+	send := func(key string, faults map[string]string) result {
+		return chat(t, url, conversation(1), func(r *http.Request) {
+			r.Header.Set("X-Session-ID", key)
+			for n, f := range faults {
+				r.Header.Set("X-Fault-"+n, f)
+			}
+		})
+	}
+	// A session bound to each backend (every backend answers these).
+	on := map[string]string{}
+	for i := 0; len(on) < 3; i++ {
+		if i == 60 {
+			t.Fatalf("60 sessions placed on %v only", on)
+		}
+		k := fmt.Sprint("s-", i)
+		if r := send(k, nil); r.status == 200 && on[r.backend] == "" {
+			on[r.backend] = k
+		}
+	}
+	// C answers a turn 503: C is failing now, so a retry goes to B first.
+	if r := send(on["C"], map[string]string{"C": "fail"}); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("C asked to fail: %d %s", r.status, r.body)
+	}
+	lastLine := func() accessLog {
+		logs := sc.accessLogs(t)
+		return logs[len(logs)-1]
+	}
+	for _, tc := range []struct {
+		faults  map[string]string
+		status  int
+		backend string
+		reasons string
+		outcome string
+	}{
+		// A resets, the retry on B resets too: C answers.
+		{map[string]string{"A": "reset", "B": "reset"}, 200, "C", "empty_response,empty_response", "completed"},
+		// A resets, B never answers: C answers after B's timeout.
+		{map[string]string{"A": "reset", "B": "hang"}, 200, "C", "empty_response,timeout", "completed"},
+		// A never answers, B resets: C answers.
+		{map[string]string{"A": "hang", "B": "reset"}, 200, "C", "timeout,empty_response", "completed"},
+		// A and B never answer: one retry after a timeout at most, 504.
+		{map[string]string{"A": "hang", "B": "hang"}, 504, "", "timeout", "timeout"},
+		// All three reset: two retries at most, 502.
+		{map[string]string{"A": "reset", "B": "reset", "C": "reset"}, 502, "", "empty_response,empty_response", "upstream_reset"},
+	} {
+		// The session bound to A; its earlier retries rebound it, so the
+		// binding is put back by a turn with no fault first.
+		key := fmt.Sprint("a-", tc.reasons, tc.status)
+		for i := 0; ; i++ {
+			if i == 60 {
+				t.Fatal("no new session placed on A in 60")
+			}
+			k := fmt.Sprint(key, "-", i)
+			if r := send(k, nil); r.backend == "A" {
+				key = k
+				break
+			}
+		}
+		// C must be the one failing: end B's streak with a success.
+		if b := on["B"]; b != "" {
+			if r := send(b, nil); r.status != 200 || r.backend != "B" {
+				t.Fatalf("B's session: %d from %q", r.status, r.backend)
+			}
+		}
+		if r := send(on["C"], map[string]string{"C": "fail"}); r.status != http.StatusServiceUnavailable {
+			t.Fatalf("C asked to fail: %d from %q", r.status, r.backend)
+		}
+		r := send(key, tc.faults)
+		line := lastLine()
+		if r.status != tc.status || r.backend != tc.backend || line.RetryReason != tc.reasons || line.Outcome != tc.outcome {
+			t.Fatalf("faults %v: %d from %q, logged %+v; want %d from %q, retry_reason %q, outcome %s",
+				tc.faults, r.status, r.backend, line, tc.status, tc.backend, tc.reasons, tc.outcome)
+		}
+		wantFailed := addr["A"] + "," + addr["B"]
+		if tc.status == 504 {
+			wantFailed = addr["A"]
+		}
+		if line.FailedPod != wantFailed {
+			t.Fatalf("faults %v: failed_pod %q, want %q", tc.faults, line.FailedPod, wantFailed)
+		}
+	}
+}
