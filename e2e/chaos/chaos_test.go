@@ -359,6 +359,7 @@ func killReplica(t *testing.T, c *Cluster, store Store) {
 // resumes once Redis is back.
 func TestRedisOutage(t *testing.T) {
 	c := redisCluster(t)
+	start := time.Now()
 	load := c.StartLoad(steady("redis"))
 	time.Sleep(warmup)
 	fallbacks := func() float64 {
@@ -443,6 +444,30 @@ func TestRedisOutage(t *testing.T) {
 	}
 	med := func(from, to time.Time) time.Duration { return quantile(0.5, from, to) }
 	p99 := func(from, to time.Time) time.Duration { return quantile(0.99, from, to) }
+	// The cache the sessions kept, before, while and after Redis was
+	// down: with the store gone a replica places a session by the hash of
+	// its key, as it was placed before, so most turns stay.
+	type phase struct {
+		name     string
+		from, to time.Time
+	}
+	var kept []string
+	var duringStayed, duringLater int
+	var duringHit, beforeHit float64
+	for _, ph := range []phase{{"before", start, down}, {"during", down, up}, {"after", up, end}} {
+		later, stayed, hit := Affinity(recs, ph.from, ph.to)
+		share := "no turns"
+		if later > 0 {
+			share = fmt.Sprintf("%d of %d later turns on their session's backend (%.0f%%), prefix-cache hit rate %s",
+				stayed, later, 100*float64(stayed)/float64(later), percent(hit))
+		}
+		kept = append(kept, ph.name+": "+share)
+		if ph.name == "during" {
+			duringStayed, duringLater, duringHit = stayed, later, hit
+		} else if ph.name == "before" {
+			beforeHit = hit
+		}
+	}
 	report.Fault(Figures{
 		Fault: "2. Redis killed for 10 s and restarted", Sent: len(window), Failed: len(fails),
 		Moved: Moved(recs, down, end), Recover: lastRise.Sub(up),
@@ -452,7 +477,11 @@ func TestRedisOutage(t *testing.T) {
 				round(med(down.Add(-warmup), down)), round(p99(down.Add(-warmup), down)), round(med(down, up)), round(p99(down, up)),
 				RedisTimeout, round(med(resumed, end)), round(p99(resumed, end))),
 			fmt.Sprintf("After each session's first turn with Redis back, %d sessions moved (%d later turns the store did not answer in time were balanced without stickiness).", movedAfter, unsticky),
+			"Sessions' later turns (all but a session's first), and the share of their prompt tokens the backends reported cached (usage.prompt_tokens_details.cached_tokens): " +
+				strings.Join(kept, "; ") + ".",
 		},
+		Summary: fmt.Sprintf("while Redis was down, %.0f%% of the sessions' later turns stayed on their session's backend, and the backends' prefix-cache hit rate was %s, %s of the %s before the outage.",
+			100*float64(duringStayed)/float64(max(1, duringLater)), percent(duringHit), percent(duringHit/beforeHit), percent(beforeHit)),
 	})
 	if len(fails) > 0 {
 		t.Errorf("%d turns failed while Redis was down or coming back:%s", len(fails), describe(fails))
@@ -463,6 +492,23 @@ func TestRedisOutage(t *testing.T) {
 	if movedAfter > 0 {
 		t.Errorf("stickiness did not resume: %d sessions moved after their first turn with Redis back", movedAfter)
 	}
+	if duringLater == 0 || duringHit < 0 {
+		t.Errorf("no later turn with a usage report while Redis was down (%d turns): the hit rate was not measured", duringLater)
+	}
+	// Placed by the hash of their keys, most sessions keep their backend
+	// without the store (a random choice among four backends would keep
+	// about one in four).
+	if 2*duringStayed <= duringLater {
+		t.Errorf("while Redis was down only %d of %d later turns stayed on their session's backend", duringStayed, duringLater)
+	}
+}
+
+// percent renders a share; below 0 is "not reported".
+func percent(v float64) string {
+	if v < 0 {
+		return "not reported"
+	}
+	return fmt.Sprintf("%.0f%%", 100*v)
 }
 
 // Scenario 3: the gossip ring cut in two groups for 10 s, then healed:

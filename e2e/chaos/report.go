@@ -26,6 +26,8 @@ type Figures struct {
 	Recover    time.Duration
 	RecoverWhy string // what recovered means for this fault
 	Notes      []string
+	// Summary, when set, is a line under the README's fault table.
+	Summary string
 }
 
 // Churn is a load run's measurements.
@@ -137,6 +139,11 @@ func (r *Report) Summary() string {
 	var b strings.Builder
 	if len(r.faults) > 0 {
 		b.WriteString(r.faultTable())
+	}
+	for _, f := range r.faults {
+		if f.Summary != "" {
+			fmt.Fprintf(&b, "\n%s: %s\n", f.Fault, f.Summary)
+		}
 	}
 	for _, c := range r.churns {
 		if len(c.Samples) < 2 {
@@ -257,4 +264,37 @@ func MovedSessions(records []Record, from, to time.Time) []string {
 		last[r.Session] = r.Backend
 	}
 	return slices.Sorted(maps.Keys(moved))
+}
+
+// Affinity is how well the sessions' later turns (every turn but a
+// session's first) started in [from, to) kept their cache: how many of
+// them succeeded, how many of those went to the backend of the session's
+// previous successful turn, and the share of their prompt tokens the
+// backends reported cached (usage.prompt_tokens_details.cached_tokens;
+// -1 without reports).
+func Affinity(records []Record, from, to time.Time) (later, stayed int, hit float64) {
+	sorted := slices.Clone(records)
+	slices.SortFunc(sorted, func(a, b Record) int { return a.Start.Compare(b.Start) })
+	last := map[string]string{}
+	var prompt, cached int
+	for _, r := range sorted {
+		if r.Failed() {
+			continue
+		}
+		prev, seen := last[r.Session]
+		last[r.Session] = r.Backend
+		if r.Turn < 2 || r.Start.Before(from) || !r.Start.Before(to) {
+			continue
+		}
+		later++
+		if seen && prev == r.Backend {
+			stayed++
+		}
+		prompt += r.PromptTokens
+		cached += r.CachedTokens
+	}
+	if prompt == 0 {
+		return later, stayed, -1
+	}
+	return later, stayed, float64(cached) / float64(prompt)
 }
