@@ -39,6 +39,9 @@ type Churn struct {
 	Replicas   int
 	Failed     int
 	FirstErr   string // the first failure's error
+	// Replayed is how many requests the client's transport sent again
+	// after a reused connection closed before any response byte.
+	Replayed int
 	Elapsed    time.Duration
 	// Samples of the first replica's /metrics after a warm-up and after each part of the run.
 	Samples []Sample
@@ -165,6 +168,7 @@ func (c Churn) markdown() string {
 	if c.FirstErr != "" {
 		fmt.Fprintf(&b, "The first failure: %s.\n\n", c.FirstErr)
 	}
+	fmt.Fprintf(&b, "%d requests were sent again by the client's transport after a reused keep-alive connection closed before any response byte (they are marked idempotent).\n\n", c.Replayed)
 	b.WriteString("Goroutines and open file descriptors are sampled at rest, after each part's last response, with idle connections closed.\n\n")
 	b.WriteString("| sessions so far | goroutines | open fds | heap in use | RSS | bindings held | p50 | p99 |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
