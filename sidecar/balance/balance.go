@@ -19,13 +19,14 @@ import (
 type Balancer struct {
 	mu       sync.Mutex
 	inflight map[string]int64
+	extra    func(id string) float64
+	intN     func(n int) int
+	hash     bool    // Place chooses by session key (WithHashPlacement)
+	epsilon  float64 // how far above the mean load a hashed choice may be
+
 	// unanswered counts, per backend, the outstanding requests that have
 	// no response headers yet (Sent, Answered).
 	unanswered map[string]int64
-	extra      func(id string) float64
-	intN       func(n int) int
-	hash       bool    // Place chooses by session key (WithHashPlacement)
-	epsilon    float64 // how far above the mean load a hashed choice may be
 }
 
 // Option configures a Balancer.

@@ -61,14 +61,15 @@ type exchange struct {
 	sent   time.Time     // handed to the reverse proxy
 	header time.Duration // until the response headers; 0 without them
 	status int           // the backend's status; 0 without a response
-	// unanswered: the attempt is counted in the balancer's Unanswered
-	// (sent, no response headers yet).
+	conn   bool          // a connection to the backend was obtained
+	reused bool          // ... one that had carried requests before
+	upErr  error         // the round trip failed: no response
+	upBody upstreamBody  // the backend's response body, watched
+	done   bool          // the reverse proxy relayed the response to its end
+
+	// unanswered: the current attempt is counted in the balancer's
+	// Unanswered (sent, no response headers yet).
 	unanswered bool
-	conn       bool         // a connection to the backend was obtained
-	reused     bool         // ... one that had carried requests before
-	upErr      error        // the round trip failed: no response
-	upBody     upstreamBody // the backend's response body, watched
-	done       bool         // the reverse proxy relayed the response to its end
 
 	// The attempts that failed before any response byte and were
 	// retried, in order.
@@ -248,14 +249,14 @@ func (x *exchange) answered(resp *http.Response) {
 // crashing worker). Nothing reached the client and a completion has no
 // side effect beyond compute; should the request itself be what breaks
 // backends, the budget bounds the harm, and outlier detection ejects a
-// backend that keeps doing it. An attempt that got no response headers within its
-// first-byte timeout is retried too, unless the pool says otherwise
-// (Pool.RetryOnTimeout): Envoy's per-try timeout, HAProxy's retry-on
-// response-timeout. The backend may still be computing, but a backend
-// that is still silent after the timeout (generous for a prefill behind a
-// queue) is more likely stuck than slow, and another one answers sooner
-// than the client's patience ends; the client waits at most twice the
-// timeout.
+// backend that keeps doing it. An attempt that got no response headers
+// within its first-byte timeout is retried too, unless the pool says
+// otherwise (Pool.RetryOnTimeout): Envoy's per-try timeout, HAProxy's
+// retry-on response-timeout. The backend may still be computing, but a
+// backend that is still silent after the timeout (generous for a prefill
+// behind a queue) is more likely stuck than slow, and another one answers
+// sooner than the client's patience ends; the client waits at most twice
+// the timeout.
 func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
 	var kind outlier.Kind
 	var reason resolve.Reason
