@@ -42,7 +42,7 @@ type Churn struct {
 	// Replayed is how many requests the client's transport sent again
 	// after a reused connection closed before any response byte.
 	Replayed int
-	Elapsed    time.Duration
+	Elapsed  time.Duration
 	// Samples of the first replica's /metrics after a warm-up and after each part of the run.
 	Samples []Sample
 }

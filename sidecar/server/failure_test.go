@@ -23,6 +23,7 @@ type accessLog struct {
 	Pool        string  `json:"pool"`
 	KeyHash     string  `json:"key_hash"`
 	Decision    string  `json:"decision"`
+	Source      string  `json:"source"`
 	SelectedPod string  `json:"selected_pod"`
 	Path        string  `json:"path"`
 	Status      int     `json:"status"`
@@ -34,6 +35,9 @@ type accessLog struct {
 	Pinned      bool    `json:"pinned"`
 	Error       string  `json:"error"`
 	UpstreamMS  float64 `json:"upstream_header_ms"`
+	// Prompt and Cached are nil when the line has no such field.
+	Prompt *int64 `json:"prompt_tokens"`
+	Cached *int64 `json:"cached_tokens"`
 }
 
 // accessLogs are the sidecar's access-log lines so far.
