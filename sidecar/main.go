@@ -65,7 +65,8 @@ func run() error {
 	out := logbuf.New(os.Stderr, logBufferBytes, *logFlush)
 	defer out.Close()
 	// slog's JSON lines, the access log's formatted without reflection.
-	log := slog.New(logjson.New(out, &slog.HandlerOptions{Level: levelVar}))
+	// Warnings and errors are written at once; access lines in batches.
+	log := slog.New(logbuf.FlushAt(logjson.New(out, &slog.HandlerOptions{Level: levelVar}), out, slog.LevelWarn))
 
 	cfg, err := loadConfig(*configPath)
 	if err != nil {

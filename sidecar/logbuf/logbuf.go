@@ -4,11 +4,14 @@
 // load costs more CPU than proxying the request. A Writer gathers lines
 // and writes them together when its buffer fills or a short interval
 // after the first line it holds, as nginx's access_log buffer= and flush=
-// do. Lines are never split or reordered.
+// do. Lines are never split or reordered, and a warning or an error
+// (FlushAt) is written at once, with what was held before it.
 package logbuf
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -91,4 +94,36 @@ func (b *Writer) Close() error {
 	}
 	b.closed = true
 	return b.flushLocked()
+}
+
+// FlushAt wraps h, whose output is w, so that a record at level at or
+// above is written at once, with the lines held before it: a warning or
+// an error is seen when it happens, only routine lines (the access log)
+// wait for their batch.
+func FlushAt(h slog.Handler, w *Writer, at slog.Level) slog.Handler {
+	return &flushing{Handler: h, w: w, at: at}
+}
+
+type flushing struct {
+	slog.Handler
+	w  *Writer
+	at slog.Level
+}
+
+func (f *flushing) Handle(ctx context.Context, r slog.Record) error {
+	err := f.Handler.Handle(ctx, r)
+	if r.Level >= f.at {
+		if ferr := f.w.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+func (f *flushing) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &flushing{Handler: f.Handler.WithAttrs(attrs), w: f.w, at: f.at}
+}
+
+func (f *flushing) WithGroup(name string) slog.Handler {
+	return &flushing{Handler: f.Handler.WithGroup(name), w: f.w, at: f.at}
 }

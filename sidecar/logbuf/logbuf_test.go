@@ -3,6 +3,7 @@ package logbuf
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -127,5 +128,25 @@ func TestConcurrentLinesStayWhole(t *testing.T) {
 		if len(l) != len(`{"g":0,"i":000}`) {
 			t.Fatalf("torn line %q", l)
 		}
+	}
+}
+
+// TestFlushAtWarn: an info line waits for its batch; a warning is written
+// at once with the info line held before it, also through a derived
+// logger.
+func TestFlushAtWarn(t *testing.T) {
+	var under countingWriter
+	w := New(&under, 4096, time.Hour)
+	defer w.Close()
+	log := slog.New(FlushAt(slog.NewJSONHandler(w, nil), w, slog.LevelWarn)).With("pool", "p")
+	log.Info("routine")
+	if _, n := under.all(); n != 0 {
+		t.Fatal("an info line was written before its batch")
+	}
+	log.Warn("something broke")
+	got, n := under.all()
+	if n != 1 || !strings.Contains(got, `"msg":"routine"`) || !strings.Contains(got, `"msg":"something broke"`) ||
+		strings.Index(got, "routine") > strings.Index(got, "something broke") {
+		t.Fatalf("after a warning: %d writes %q, want both lines in order at once", n, got)
 	}
 }
