@@ -183,7 +183,7 @@ FUZZ_TARGETS := \
   FuzzDecode:./sidecar/store/gossip FuzzParseBinding:./sidecar/store/redisstore \
   FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook \
   FuzzInject:./injector/manifest FuzzRequestMeta:./sidecar/proxy FuzzVerify:./sidecar/token FuzzKeyOf:./sidecar/store/internal/table \
-  FuzzScan:./sidecar/jsonscan FuzzWatch:./sidecar/responses FuzzBodySource:./sidecar/session \
+  FuzzScan:./sidecar/jsonscan FuzzScanner:./sidecar/usage FuzzWatch:./sidecar/responses FuzzBodySource:./sidecar/session \
   FuzzTokenExtract:./sidecar/session FuzzParse:./sidecar/modelserver
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -433,7 +433,31 @@ type Affinity struct {
 	// (1+ε) × the mean (plus one request) is passed over. nil is
 	// balance.DefaultHashEpsilon (0.25).
 	HashEpsilon *float64 `json:"hashEpsilon,omitempty"`
+	// Policy is how soft affinity decides to move a pin (README
+	// "Affinity policy"); "" is PolicyThreshold.
+	Policy AffinityPolicy `json:"policy,omitempty"`
+	// CostMargin (policy cost): move when another backend's expected time
+	// to first token is lower by more than this share (0.25: the kept
+	// pin's is over 1.25 times the move's). nil is DefaultCostMargin.
+	CostMargin *float64 `json:"costMargin,omitempty"`
+	// PrefillTokensPerSecond (policy cost) fixes the backends' prefill
+	// rate instead of learning it from responses; 0 learns.
+	PrefillTokensPerSecond int `json:"prefillTokensPerSecond,omitempty"`
 }
+
+// AffinityPolicy is how soft affinity decides to move a pin.
+type AffinityPolicy string
+
+// Soft-affinity policies.
+const (
+	// PolicyThreshold moves a pin whose backend has more than maxWaiting
+	// requests waiting, loadMargin above the least-waiting other.
+	PolicyThreshold AffinityPolicy = "threshold"
+	// PolicyCost moves a pin when another backend is expected to reach
+	// the first token sooner by costMargin: queue wait plus the prefill
+	// of what each backend's cache lacks.
+	PolicyCost AffinityPolicy = "cost"
+)
 
 // Placement is how a pool places a session that has no usable binding.
 type Placement string

@@ -35,13 +35,16 @@ const (
 	DefaultMaxWaiting             = 8
 	DefaultLoadMargin             = 4
 	DefaultAffinityCooldown       = 30 * time.Second
-	DefaultLoadInterval           = time.Second
-	DefaultLoadTimeout            = 500 * time.Millisecond
-	DefaultLoadPath               = "/metrics"
-	DefaultSessionTokenHeader     = "x-session-token"
-	DefaultPrefillTokenHeader     = "x-session-token-prefill" // llm-d's name
-	DefaultTokenCookieName        = "tether-session"
-	MaxSources                    = 16
+	// DefaultCostMargin: the cost policy moves a pin when another backend
+	// is expected to reach the first token 25% sooner.
+	DefaultCostMargin         = 0.25
+	DefaultLoadInterval       = time.Second
+	DefaultLoadTimeout        = 500 * time.Millisecond
+	DefaultLoadPath           = "/metrics"
+	DefaultSessionTokenHeader = "x-session-token"
+	DefaultPrefillTokenHeader = "x-session-token-prefill" // llm-d's name
+	DefaultTokenCookieName    = "tether-session"
+	MaxSources                = 16
 )
 
 // Defaults of failure handling (README "Failure handling").

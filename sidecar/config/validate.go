@@ -280,6 +280,20 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	if eps := p.Affinity.HashEpsilon; eps != nil && !(*eps >= 0 && *eps <= 10) {
 		e.add(f+".affinity.hashEpsilon", "must be between 0 and 10, got %v", *eps)
 	}
+	switch p.Affinity.Policy {
+	case "", PolicyThreshold, PolicyCost:
+	default:
+		e.add(f+".affinity.policy", "unknown policy %q (want threshold or cost)", p.Affinity.Policy)
+	}
+	if p.Affinity.Policy != "" && p.Affinity.Mode != AffinitySoft {
+		e.add(f+".affinity.policy", "applies to soft affinity only (mode is %q; hard affinity never moves a selectable pin)", p.Affinity.Mode)
+	}
+	if m := p.Affinity.CostMargin; m != nil && !(*m >= 0 && *m <= 10) {
+		e.add(f+".affinity.costMargin", "must be between 0 and 10, got %v", *m)
+	}
+	if p.Affinity.PrefillTokensPerSecond < 0 {
+		e.add(f+".affinity.prefillTokensPerSecond", "must be 0 (learned) or more, got %d", p.Affinity.PrefillTokensPerSecond)
+	}
 	if p.Affinity.Mode == AffinitySoft && p.Load() == nil {
 		e.add(f+".affinity.mode", "soft affinity needs loadMetrics (it breaks pins on the scraped queue length)")
 	}

@@ -272,6 +272,13 @@ func (s *Scraper) Waiting(id string) (float64, bool) {
 	return smp.Waiting, ok
 }
 
+// Queue returns backend id's waiting and running requests; ok is false
+// without a fresh sample.
+func (s *Scraper) Queue(id string) (waiting, running float64, ok bool) {
+	smp, ok := s.Get(id)
+	return smp.Waiting, smp.Running, ok
+}
+
 // ExtraLoad is the balancer's extra load of backend id: waiting plus
 // running requests, plus KV-cache usage (0..1) as a tie-breaker among
 // equal counts. A backend without a fresh sample adds nothing.

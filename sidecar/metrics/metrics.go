@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherproxy/tether/sidecar/buildinfo"
+	"github.com/tetherproxy/tether/sidecar/usage"
 )
 
 // Metrics are the request-path metrics.
@@ -30,6 +31,8 @@ type Metrics struct {
 	InFlight        *prometheus.GaugeVec     // pool
 	UpstreamLatency *prometheus.HistogramVec // pool: until response headers
 	RequestDuration *prometheus.HistogramVec // pool: whole request incl. streaming
+	// Usage counts the prompt and cached tokens backends report.
+	Usage *usage.Metrics
 }
 
 // latencyBuckets span a cached decode step (ms) to a long cold prefill (minutes).
@@ -85,6 +88,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Requests, m.ResponseBytes, m.Sessions, m.Rebinds, m.AffinityBroken, m.StoreFallbacks, m.Retries,
 		m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
+	m.Usage = usage.NewMetrics(reg)
 	return m
 }
 

@@ -9,10 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/usage"
 )
 
 // Outcomes: how a request ended, the outcome label of
@@ -65,7 +67,10 @@ type exchange struct {
 	reused bool          // ... one that had carried requests before
 	upErr  error         // the round trip failed: no response
 	upBody upstreamBody  // the backend's response body, watched
-	done   bool          // the reverse proxy relayed the response to its end
+	// usage reads the token usage the backend reports from its response
+	// body as it streams by (upBody.scan points here when it is read).
+	usage usage.Scanner
+	done  bool // the reverse proxy relayed the response to its end
 
 	// The first attempt, when it was retried.
 	retry     resolve.Reason
@@ -88,14 +93,19 @@ type requestBody struct{ bytes.Reader }
 func (*requestBody) Close() error { return nil }
 
 // upstreamBody is the backend's response body as the reverse proxy reads
-// it; err is the first read error other than its end.
+// it; err is the first read error other than its end. scan, when set,
+// sees every byte read, before the client does.
 type upstreamBody struct {
 	io.ReadCloser
-	err error
+	err  error
+	scan *usage.Scanner
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if b.scan != nil && n > 0 {
+		b.scan.Write(p[:n])
+	}
 	if err != nil && err != io.EOF && b.err == nil {
 		b.err = err
 	}
@@ -174,7 +184,39 @@ func (x *exchange) answered(resp *http.Response) {
 	if resp.StatusCode != http.StatusSwitchingProtocols { // an upgraded body must stay writable
 		x.upBody = upstreamBody{ReadCloser: resp.Body}
 		resp.Body = &x.upBody
+		if stream, ok := reportsUsage(resp); ok {
+			x.usage.Reset(stream)
+			x.upBody.scan = &x.usage
+		}
 	}
+}
+
+// reportsUsage says whether resp may carry a token usage report (a
+// successful JSON body, or an SSE stream whose last chunk may hold one),
+// and whether it is a stream.
+func reportsUsage(resp *http.Response) (stream, ok bool) {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return false, false
+	}
+	ct := resp.Header.Get("Content-Type")
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	switch strings.ToLower(strings.TrimSpace(ct)) {
+	case "text/event-stream":
+		return true, true
+	case "application/json":
+		return false, true
+	}
+	return false, false
+}
+
+// reported returns the usage the response reported, if any.
+func (x *exchange) reported() (usage.Usage, bool) {
+	if x.upBody.scan == nil {
+		return usage.Usage{}, false
+	}
+	return x.usage.Usage()
 }
 
 // failed classifies the current attempt's failure: the kind outlier
@@ -317,6 +359,14 @@ func (x *exchange) finish() {
 		if x.status != 0 {
 			x.pool.m.upstream().Observe(x.header.Seconds())
 			attrs = append(attrs, slog.Float64("upstream_header_ms", ms(x.header)))
+		}
+		if u, ok := x.reported(); ok {
+			attrs = append(attrs, slog.Int64("prompt_tokens", u.PromptTokens))
+			if u.HasCached {
+				attrs = append(attrs, slog.Int64("cached_tokens", u.CachedTokens))
+			}
+			x.pool.m.usage.Observe(decision, u)
+			x.pool.Resolver.Reported(d, resolve.Report{Header: x.header, Duration: elapsed, Usage: u})
 		}
 	}
 	attrs = append(attrs,

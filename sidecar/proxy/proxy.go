@@ -29,6 +29,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/responses"
+	"github.com/tetherproxy/tether/sidecar/usage"
 )
 
 // Pool is one pool served on a listener.
@@ -71,6 +72,7 @@ type poolMetrics struct {
 	upstream func() prometheus.Observer
 	duration func() prometheus.Observer
 	retries  map[resolve.Reason]func() prometheus.Counter
+	usage    *usage.PoolMetrics
 }
 
 func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
@@ -81,6 +83,7 @@ func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
 		upstream: metrics.Child(m.UpstreamLatency.WithLabelValues, pool),
 		duration: metrics.Child(m.RequestDuration.WithLabelValues, pool),
 		retries:  map[resolve.Reason]func() prometheus.Counter{},
+		usage:    m.Usage.Pool(pool),
 	}
 	for _, r := range []resolve.Reason{resolve.ReasonConnectFailed, resolve.ReasonEmptyResponse} {
 		pm.retries[r] = metrics.Child(m.Retries.WithLabelValues, pool, string(r))

@@ -95,3 +95,11 @@ func FromContext(ctx context.Context) *Body {
 	b, _ := ctx.Value(ctxKey{}).(*Body)
 	return b
 }
+
+// Len is the body's size in bytes; 0 for a nil Body.
+func (b *Body) Len() int {
+	if b == nil {
+		return 0
+	}
+	return len(b.raw)
+}

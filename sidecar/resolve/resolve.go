@@ -21,6 +21,8 @@ import (
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/outlier"
+	"github.com/tetherproxy/tether/sidecar/pincost"
+	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
@@ -63,7 +65,8 @@ const (
 	ReasonEjected       Reason = "ejected"        // outlier detection ejected the bound backend
 	ReasonConnectFailed Reason = "connect_failed" // the bound backend refused a connection (retried)
 	ReasonEmptyResponse Reason = "empty_response" // a connection closed or reset before any response byte (retried)
-	ReasonOverload      Reason = "overload"       // soft affinity
+	ReasonOverload      Reason = "overload"       // soft affinity: the pinned backend's queue
+	ReasonCacheEvicted  Reason = "cache_evicted"  // soft affinity: the pin's last turn found its cache gone
 )
 
 // Decision is where one request goes and why.
@@ -98,6 +101,9 @@ type Decision struct {
 	pinned   bool   // only this backend holds the stored response the request names
 	learn    bool   // the request stores a response: bind its id (Answered)
 	avoid    string // a backend the next pick should avoid (overloaded pin)
+	// bodyBytes is the request body's size: the prompt's, for the cost
+	// policy's estimates and to learn bytes per token.
+	bodyBytes int
 }
 
 // Header is one response header.
@@ -162,27 +168,41 @@ type Options struct {
 	Policy func() Policy
 }
 
-// Affinity is the soft-affinity policy (README "Affinity policy"): a pin
-// is broken when the pinned backend has more than MaxWaiting requests
-// waiting, more than LoadMargin above the least-waiting other backend, and
-// the session was placed at least Cooldown ago.
+// Affinity is the soft-affinity policy (README "Affinity policy"). A
+// moved pin (a break or a rebind) is kept for Cooldown since it was
+// placed. Under the threshold policy a pin is broken when the pinned
+// backend has more than MaxWaiting requests waiting, more than LoadMargin
+// above the least-waiting other backend; under the cost policy when
+// another backend is expected to reach the first token sooner by
+// CostMargin (pincost). Under either, a pin whose last turn found its
+// cache gone (cold) may move at once to a backend expected sooner.
 type Affinity struct {
 	Soft       bool
+	Cost       bool // the cost policy; false: threshold
 	MaxWaiting float64
 	LoadMargin float64
 	Cooldown   time.Duration
+	CostMargin float64
+	// PrefillTokensPerSecond fixes the prefill rate; 0 learns it.
+	PrefillTokensPerSecond float64
 }
 
 // AffinityFrom converts a pool's config.
 func AffinityFrom(a config.Affinity) Affinity {
-	return Affinity{Soft: a.Mode == config.AffinitySoft, MaxWaiting: float64(a.MaxWaiting),
-		LoadMargin: float64(a.LoadMargin), Cooldown: a.Cooldown.Duration}
+	margin := config.DefaultCostMargin
+	if a.CostMargin != nil {
+		margin = *a.CostMargin
+	}
+	return Affinity{Soft: a.Mode == config.AffinitySoft, Cost: a.Policy == config.PolicyCost,
+		MaxWaiting: float64(a.MaxWaiting), LoadMargin: float64(a.LoadMargin), Cooldown: a.Cooldown.Duration,
+		CostMargin: margin, PrefillTokensPerSecond: float64(a.PrefillTokensPerSecond)}
 }
 
-// LoadReader reports a backend's scraped queue length; ok is false
-// without a fresh sample. loadscrape.Scraper implements it.
+// LoadReader reports a backend's scraped queue; ok is false without a
+// fresh sample. loadscrape.Scraper implements it.
 type LoadReader interface {
 	Waiting(id string) (float64, bool)
+	Queue(id string) (waiting, running float64, ok bool)
 }
 
 // Resolver makes the sticky decision for one pool.
@@ -190,6 +210,10 @@ type Resolver struct {
 	o  Options
 	m  poolMetrics
 	rm responseMetrics
+	// est and cold serve soft affinity: the pool's learned figures and
+	// the sessions whose pin went cold; nil in hard pools.
+	est  *pincost.Estimator
+	cold *pincost.Cold
 }
 
 // poolMetrics are the resolver's children of the request-path metrics,
@@ -197,7 +221,7 @@ type Resolver struct {
 type poolMetrics struct {
 	sessions  map[Outcome]func() prometheus.Counter
 	rebinds   map[Reason]func() prometheus.Counter
-	broken    func() prometheus.Counter // tether_affinity_broken_total{reason="overload"}
+	broken    map[Reason]func() prometheus.Counter // tether_affinity_broken_total{reason}
 	fallbacks map[string]func() prometheus.Counter
 }
 
@@ -205,14 +229,17 @@ func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
 	pm := poolMetrics{
 		sessions:  map[Outcome]func() prometheus.Counter{},
 		rebinds:   map[Reason]func() prometheus.Counter{},
-		broken:    metrics.Child(m.AffinityBroken.WithLabelValues, pool, string(ReasonOverload)),
+		broken:    map[Reason]func() prometheus.Counter{},
 		fallbacks: map[string]func() prometheus.Counter{},
 	}
 	for _, o := range []Outcome{Hit, Miss, Rebind, Broken} {
 		pm.sessions[o] = metrics.Child(m.Sessions.WithLabelValues, pool, string(o))
 	}
-	for _, r := range []Reason{ReasonUnselectable, ReasonEjected, ReasonConnectFailed, ReasonEmptyResponse, ReasonOverload} {
+	for _, r := range []Reason{ReasonUnselectable, ReasonEjected, ReasonConnectFailed, ReasonEmptyResponse, ReasonOverload, ReasonCacheEvicted} {
 		pm.rebinds[r] = metrics.Child(m.Rebinds.WithLabelValues, pool, string(r))
+	}
+	for _, r := range []Reason{ReasonOverload, ReasonCacheEvicted} {
+		pm.broken[r] = metrics.Child(m.AffinityBroken.WithLabelValues, pool, string(r))
 	}
 	for _, op := range []string{opLookup, opCreate, opDelete} {
 		pm.fallbacks[op] = metrics.Child(m.StoreFallbacks.WithLabelValues, pool, op)
@@ -235,8 +262,24 @@ func New(o Options) *Resolver {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Resolver{o: o, m: newPoolMetrics(o.Metrics, o.Pool), rm: newResponseMetrics(o.Responses, o.Pool)}
+	r := &Resolver{o: o, m: newPoolMetrics(o.Metrics, o.Pool), rm: newResponseMetrics(o.Responses, o.Pool)}
+	r.setAffinity(o.Affinity)
+	return r
 }
+
+// setAffinity sets the pinning policy, with soft affinity's state.
+func (r *Resolver) setAffinity(a Affinity) {
+	r.o.Affinity, r.est, r.cold = a, nil, nil
+	if a.Soft {
+		r.est = pincost.New(a.PrefillTokensPerSecond)
+		r.cold = pincost.NewCold(maxColdMarks)
+	}
+}
+
+// maxColdMarks bounds the cold pins remembered (pincost.Cold): a mark
+// lives from one turn to the next, so this is the cold sessions between
+// two turns, a few KiB each thousand.
+const maxColdMarks = 16384
 
 // Resolve decides the backend for req. It fails when no backend is
 // selectable or the pool is down, and with a *responses.LostError when
@@ -277,7 +320,8 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 	}
 	// One hash serves the store, the log and /debug/bindings?keyHash=.
 	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
-	d := &Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout}
+	d := &Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout,
+		bodyBytes: reqbody.FromContext(req.Context()).Len()}
 	if key.Source == config.SourceToken {
 		return r.fromToken(set, d, key.Token)
 	}
@@ -288,8 +332,8 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 	}
 	if ok {
 		if be, pf, usable := r.usable(set, b, pol.PD); usable {
-			if r.overloaded(set, be, b.Created, b.Gen > 1) {
-				return r.rebind(ctx, set, d, b, ReasonOverload)
+			if reason := r.moveReason(set, d, be, b.Created, b.Gen > 1); reason != "" {
+				return r.rebind(ctx, set, d, b, reason)
 			}
 			d.Backend, d.Prefill, d.binding, d.sticky, d.Outcome, d.Since = be, pf, b, true, Hit, b.Created
 			r.m.sessions[Hit]().Inc()
@@ -318,7 +362,7 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision, reason Reason) (*Deci
 	// The connection went to d.Backend (the decode half of a PD pair):
 	// that is the backend known to have failed, ejected or not.
 	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, avoid: d.Backend.ID,
-		learn: d.learn, pol: d.pol, Timeout: d.Timeout}
+		learn: d.learn, pol: d.pol, Timeout: d.Timeout, bodyBytes: d.bodyBytes}
 	if !d.sticky {
 		return r.withTokens(r.unsticky(set, nd))
 	}
@@ -356,42 +400,12 @@ func (r *Resolver) rebind(ctx context.Context, set *discovery.Set, d *Decision, 
 		return r.storeFailed(set, d, opDelete, err)
 	}
 	r.m.rebinds[reason]().Inc()
-	if reason == ReasonOverload {
-		r.m.broken().Inc()
+	if broken := r.m.broken[reason]; broken != nil {
+		broken().Inc()
 		d.avoid = old.Pod
 		return r.bind(ctx, set, d, store.Binding{Gen: store.NextGeneration(old.Gen)}, Broken)
 	}
 	return r.bind(ctx, set, d, store.Binding{Gen: store.NextGeneration(old.Gen)}, Rebind)
-}
-
-// overloaded is soft affinity's test of a pin on be, placed at since:
-// break it when be's queue is over MaxWaiting and more than LoadMargin
-// above the least-waiting other live backend. A pin that was itself a move
-// (moved: a break or a rebind) is kept for the cool-down since it was
-// placed, so a session is never moved again within it; a first placement
-// has no cool-down — the balancer chose it when its queue was short, and
-// a queue that built up since (an agent's burst) is what soft affinity is
-// for. Backends without a fresh sample are not candidates: an unknown
-// queue is no reason to move a warm session.
-func (r *Resolver) overloaded(set *discovery.Set, be discovery.Backend, since time.Time, moved bool) bool {
-	a := r.o.Affinity
-	if !a.Soft || r.o.Load == nil || (moved && r.o.Now().Sub(since) < a.Cooldown) {
-		return false
-	}
-	w, ok := r.o.Load.Waiting(be.ID)
-	if !ok || w <= a.MaxWaiting {
-		return false
-	}
-	least, found := 0.0, false
-	for _, c := range set.Backends {
-		if c.ID == be.ID || r.o.Outliers.Ejected(c.ID) {
-			continue
-		}
-		if cw, ok := r.o.Load.Waiting(c.ID); ok && (!found || cw < least) {
-			least, found = cw, true
-		}
-	}
-	return found && w-least > a.LoadMargin
 }
 
 // fromToken routes by a session token's payload (verified by the
@@ -406,8 +420,8 @@ func (r *Resolver) fromToken(set *discovery.Set, d *Decision, p token.Payload) (
 			since = time.Unix(p.Since, 0)
 		}
 		// A token does not say whether it was a move: keep the cool-down.
-		if r.overloaded(set, be, since, true) {
-			r.m.broken().Inc()
+		if reason := r.moveReason(set, d, be, since, true); reason != "" {
+			r.m.broken[reason]().Inc()
 			r.m.sessions[Broken]().Inc()
 			d.avoid = be.ID
 			nd, err := r.unsticky(set, d)

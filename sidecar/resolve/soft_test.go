@@ -23,23 +23,38 @@ import (
 // fakeLoad is a LoadReader whose queue lengths the test sets; a backend
 // absent from the map has no fresh sample.
 type fakeLoad struct {
-	mu sync.Mutex
-	w  map[string]float64
+	mu      sync.Mutex
+	w       map[string]float64
+	running map[string]float64 // absent: 0
 }
 
 func (l *fakeLoad) set(id string, w float64) { l.mu.Lock(); l.w[id] = w; l.mu.Unlock() }
+func (l *fakeLoad) setRunning(id string, n float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running == nil {
+		l.running = map[string]float64{}
+	}
+	l.running[id] = n
+}
 func (l *fakeLoad) Waiting(id string) (float64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w, ok := l.w[id]
 	return w, ok
 }
+func (l *fakeLoad) Queue(id string) (float64, float64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w, ok := l.w[id]
+	return w, l.running[id], ok
+}
 
 func softFixture(t *testing.T, soft bool) (*fixture, *fakeLoad) {
 	f := newFixture(t, nil, newSource(be("a"), be("b"), be("c")), false)
 	l := &fakeLoad{w: map[string]float64{}}
 	f.r.o.Load = l
-	f.r.o.Affinity = AffinityFrom(config.Affinity{Mode: map[bool]config.AffinityMode{true: config.AffinitySoft, false: config.AffinityHard}[soft], MaxWaiting: 8, LoadMargin: 4, Cooldown: config.Duration{Duration: 30 * time.Second}})
+	f.r.setAffinity(AffinityFrom(config.Affinity{Mode: map[bool]config.AffinityMode{true: config.AffinitySoft, false: config.AffinityHard}[soft], MaxWaiting: 8, LoadMargin: 4, Cooldown: config.Duration{Duration: 30 * time.Second}}))
 	return f, l
 }
 
@@ -188,7 +203,7 @@ func TestTokenRouting(t *testing.T) {
 	f.r.o.Keys, f.r.o.Tokens = tokenKeys{codec}, codec
 	l := &fakeLoad{w: map[string]float64{"a": 0, "b": 0, "c": 0}}
 	f.r.o.Load = l
-	f.r.o.Affinity = Affinity{Soft: true, MaxWaiting: 8, LoadMargin: 4, Cooldown: 30 * time.Second}
+	f.r.setAffinity(Affinity{Soft: true, MaxWaiting: 8, LoadMargin: 4, Cooldown: 30 * time.Second})
 	res := func(tok string) *Decision {
 		d, err := f.r.Resolve(context.Background(), tokenReq(tok))
 		if err != nil {

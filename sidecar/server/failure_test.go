@@ -34,6 +34,9 @@ type accessLog struct {
 	Pinned      bool    `json:"pinned"`
 	Error       string  `json:"error"`
 	UpstreamMS  float64 `json:"upstream_header_ms"`
+	// Prompt and Cached are nil when the line has no such field.
+	Prompt *int64 `json:"prompt_tokens"`
+	Cached *int64 `json:"cached_tokens"`
 }
 
 // accessLogs are the sidecar's access-log lines so far.

@@ -65,8 +65,10 @@ func FindMetric(g prometheus.Gatherer, name string, labels ...string) (float64, 
 		return m.GetGauge().GetValue(), nil
 	case m.Untyped != nil:
 		return m.GetUntyped().GetValue(), nil
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount()), nil // a histogram's value is its count
 	}
-	return 0, fmt.Errorf("metric %s%s is neither a counter nor a gauge", name, braces(labels))
+	return 0, fmt.Errorf("metric %s%s is neither a counter, a gauge nor a histogram", name, braces(labels))
 }
 
 func hasLabels(m *dto.Metric, labels []string) bool {

@@ -57,6 +57,9 @@ type Scanner struct {
 	capturing bool
 	capDepth  int
 	buf       []byte
+	// inline backs buf, so that capturing a usage object (vLLM's and
+	// SGLang's are under 300 bytes) allocates nothing.
+	inline [384]byte
 
 	found bool
 	last  Usage
@@ -66,7 +69,12 @@ type Scanner struct {
 // is an SSE stream (Content-Type text/event-stream).
 func (s *Scanner) Reset(stream bool) {
 	buf := s.buf[:0]
-	*s = Scanner{stream: stream, lineStart: true, buf: buf}
+	*s = Scanner{stream: stream, lineStart: true}
+	if cap(buf) > len(s.inline) {
+		s.buf = buf // grown past inline once: keep it
+	} else {
+		s.buf = s.inline[:0]
+	}
 }
 
 // Usage returns the last usage object the response carried that held
@@ -221,18 +229,26 @@ func (s *Scanner) capture(c byte) {
 }
 
 // report is the part of a usage object tether reads. Pointers tell an
-// absent field from a zero.
+// absent field from a zero. The Responses API names the same counts
+// input_tokens and input_tokens_details.
 type report struct {
-	PromptTokens        *int64 `json:"prompt_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens *int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
+	PromptTokens        *int64   `json:"prompt_tokens"`
+	PromptTokensDetails *details `json:"prompt_tokens_details"`
+	InputTokens         *int64   `json:"input_tokens"`
+	InputTokensDetails  *details `json:"input_tokens_details"`
+}
+
+type details struct {
+	CachedTokens *int64 `json:"cached_tokens"`
 }
 
 func (s *Scanner) parse() {
 	var r report
 	err := json.Unmarshal(s.buf, &r)
 	s.buf = s.buf[:0]
+	if r.PromptTokens == nil {
+		r.PromptTokens, r.PromptTokensDetails = r.InputTokens, r.InputTokensDetails
+	}
 	if err != nil || r.PromptTokens == nil || *r.PromptTokens < 0 {
 		return
 	}

@@ -57,6 +57,7 @@ func TestBodies(t *testing.T) {
 		{"escaped key is not usage", false, `{"us\u0061ge":{"prompt_tokens":3}}`, Usage{}, false},
 		{"key usage inside an array", false, `["usage",{"prompt_tokens":3}]`, Usage{}, false},
 		{"truncated body", false, vllmChat[:len(vllmChat)-60], Usage{}, false},
+		{"Responses API: input_tokens", false, `{"id":"resp_1","object":"response","usage":{"input_tokens":90,"input_tokens_details":{"cached_tokens":64},"output_tokens":3}}`, Usage{90, 64, true}, true},
 		{"whitespace", false, "{ \"usage\" :\n { \"prompt_tokens\" : 7 } }", Usage{7, 0, false}, true},
 		{"vLLM stream with include_usage", true, vllmStream, Usage{812, 800, true}, true},
 		{"stream without usage", true, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n", Usage{}, false},
