@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 )
@@ -55,10 +56,17 @@ type Result struct {
 	FirstErr string
 	P50, P99 time.Duration // TTFT of the window's successful requests
 
-	BackendPrompt, BackendCached int64
-	SidecarPrompt, SidecarCached float64
-	Wired                        bool               // the sidecars export the usage counters
-	Broken                       map[string]float64 // pins broken, by reason
+	// Token counts of the backends over the measured window, and of the
+	// backends and the sidecars over the whole run (warm-up included).
+	BackendPrompt, BackendCached       int64
+	RunBackendPrompt, RunBackendCached int64
+	SidecarPrompt, SidecarCached       float64
+	Wired                              bool               // the sidecars export the usage counters
+	Broken                             map[string]float64 // pins broken, by reason
+	// PrefillBusy is the share of the backends' prefill capacity the
+	// uncached prompt tokens of the window took: near 1, the queues are
+	// what the TTFTs measure.
+	PrefillBusy float64
 }
 
 // HitBackends is the prefix-cache hit rate the backends counted.
@@ -66,57 +74,73 @@ func (r *Result) HitBackends() float64 {
 	return float64(r.BackendCached) / float64(max(r.BackendPrompt, 1))
 }
 
-// HitSidecar is the hit rate the sidecars read from the responses' usage.
+// HitSidecar is the hit rate the sidecars read from the responses' usage
+// over the whole run, and HitRun the backends' over the same requests.
 func (r *Result) HitSidecar() float64 { return r.SidecarCached / max(r.SidecarPrompt, 1) }
+
+func (r *Result) HitRun() float64 {
+	return float64(r.RunBackendCached) / float64(max(r.RunBackendPrompt, 1))
+}
 
 // Sidecar reports whether the policy runs through tether.
 func (r *Result) Sidecar() bool { return !r.Policy.RoundRobin }
 
-// Run runs every policy in turn, each on fresh backends.
+// Run runs the policies one after the other, each on fresh backends
+// and replicas. The backends listen on the same loopback ports in every
+// run: the sidecars place new sessions by hashing the session key over
+// the backends' addresses, so every policy starts from the same
+// placement (which backends the heavy agent sessions share), and the
+// policies differ only in what they do with it.
 func Run(ctx context.Context, o Options) ([]*Result, error) {
-	var out []*Result
-	for _, p := range o.Policies {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		if o.Step != nil {
-			o.Step("affinity: " + p.Name)
-		}
-		r, err := runPolicy(p, o)
-		if err != nil {
-			return out, fmt.Errorf("%s: %w", p.Name, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func runPolicy(p Policy, o Options) (*Result, error) {
-	r := &Result{Policy: p}
-	aff, err := accepted(p)
-	if err != nil {
-		if p.Optional {
-			r.Skipped = "this build's config does not accept `" + p.Affinity + "`"
-			return r, nil
-		}
-		return nil, err
-	}
-	r.Affinity = aff
 	dir, err := os.MkdirTemp("", "bench-affinity-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	s := &stack{}
-	defer s.close()
-	backends, err := s.startBackends(o.Backends)
-	if err != nil {
-		return nil, err
+	ports := make([]int, o.Backends.N)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
 	}
-	if err := s.startPolicy(p, aff, backends, dir); err != nil {
-		return nil, err
+	var out []*Result
+	for i, p := range o.Policies {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if o.Step != nil {
+			o.Step("affinity: " + p.Name)
+		}
+		r := &Result{Policy: p}
+		out = append(out, r)
+		aff, err := accepted(p)
+		if err != nil {
+			if !p.Optional {
+				return nil, fmt.Errorf("%s: %w", p.Name, err)
+			}
+			r.Skipped = "this build's config does not accept `" + p.Affinity + "`"
+			continue
+		}
+		r.Affinity = aff
+		s := &stack{result: r}
+		backends, err := s.startBackends(o.Backends, ports)
+		if err == nil {
+			err = s.startPolicy(p, aff, backends, filepath.Join(dir, fmt.Sprint(i)))
+		}
+		if err == nil {
+			err = measure(s, o)
+		}
+		s.close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Name, err)
+		}
 	}
+	return out, nil
+}
 
+// measure drives the workload through s's replicas and fills s.result.
+func measure(s *stack, o Options) error {
+	r := s.result
 	tr := &http.Transport{MaxIdleConnsPerHost: 512, ResponseHeaderTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	d := &driver{w: o.Workload, urls: s.urls, client: &http.Client{Transport: tr}}
@@ -134,11 +158,18 @@ func runPolicy(p Policy, o Options) (*Result, error) {
 	<-snapped
 	after, err := s.counts()
 	if err = errors.Join(snapErr, err); err != nil {
-		return nil, err
+		return fmt.Errorf("%s: %w", r.Policy.Name, err)
 	}
 	c := after.since(before)
-	r.BackendPrompt, r.BackendCached = c.backendPrompt, c.backendCached
-	r.SidecarPrompt, r.SidecarCached, r.Wired, r.Broken = c.sidecarPrompt, c.sidecarCached, c.wired, c.broken
+	r.BackendPrompt, r.BackendCached, r.Broken = c.backendPrompt, c.backendCached, c.broken
+	// The agreement is over the whole run: both count from zero and every
+	// request has ended, so both have counted the very same requests
+	// (over the window alone they would not: the backends count a request
+	// when it is admitted, the sidecars when its response ends).
+	r.RunBackendPrompt, r.RunBackendCached = after.backendPrompt, after.backendCached
+	r.SidecarPrompt, r.SidecarCached, r.Wired = after.sidecarPrompt, after.sidecarCached, after.wired
+	b := o.Backends
+	r.PrefillBusy = float64(c.backendPrompt-c.backendCached) * b.Prefill.Seconds() / (float64(b.N) * o.Duration.Seconds())
 
 	var ttfts []time.Duration
 	for _, x := range samples {
@@ -158,5 +189,5 @@ func runPolicy(p Policy, o Options) (*Result, error) {
 	if n := len(ttfts); n > 0 {
 		r.P50, r.P99 = ttfts[n/2], ttfts[n*99/100]
 	}
-	return r, nil
+	return nil
 }

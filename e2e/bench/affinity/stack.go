@@ -37,6 +37,7 @@ type stack struct {
 	sidecars []*sidecar
 	group    *routers.Group
 	urls     []string // each replica's chat-completions URL
+	result   *Result
 }
 
 type sidecar struct {
@@ -45,13 +46,13 @@ type sidecar struct {
 	done chan error
 }
 
-// startBackends serves b.N modelsim backends on loopback.
-func (s *stack) startBackends(b Backends) ([]string, error) {
+// startBackends serves b.N modelsim backends on the loopback ports.
+func (s *stack) startBackends(b Backends, ports []int) ([]string, error) {
 	var addrs []string
 	for i := range b.N {
 		m := sim.New(sim.Options{ID: fmt.Sprintf("sim-%d", i), MaxRunning: b.MaxRunning, PrefillPerToken: b.Prefill,
 			DecodePerToken: b.Decode, CacheBlocks: b.CacheBlocks, SerialPrefill: true})
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ports[i]))
 		if err != nil {
 			return nil, err
 		}
@@ -120,6 +121,9 @@ func (s *stack) startPolicy(p Policy, affinity string, backends []string, dir st
 		return nil
 	}
 	key := filepath.Join(dir, "gossip.key")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
 	if p.Replicas > 1 {
 		k := make([]byte, 32)
 		if _, err := rand.Read(k); err != nil {
