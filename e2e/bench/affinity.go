@@ -31,8 +31,8 @@ func affinityMain(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Println(affinity.Describe(o))
-	o.Step = func(label string) { fmt.Fprintln(os.Stderr, label) }
-	started := time.Now()
+	o.Step = func(label string) { fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), label) }
+	started, mach := time.Now(), machine()
 	rs, err := affinity.Run(ctx, o)
 	if err != nil {
 		return err
@@ -46,7 +46,7 @@ func affinityMain(ctx context.Context, args []string) error {
 		cmd = "go run ./e2e/bench affinity " + strings.Join(args, " ")
 	}
 	if *out != "" {
-		if err := writeAffinity(*out, o, rs, cmd, started); err != nil {
+		if err := writeAffinity(*out, o, rs, cmd, mach, started); err != nil {
 			return err
 		}
 	}
@@ -62,13 +62,14 @@ func registerAffinity(fs *flag.FlagSet, o *affinity.Options, d affinity.Options)
 	fs.IntVar(&o.Backends.MaxRunning, "max-running", d.Backends.MaxRunning, "requests each backend serves at once (the rest queue)")
 	fs.DurationVar(&o.Backends.Prefill, "prefill", d.Backends.Prefill, "time per uncached prompt token (one serial lane per backend)")
 	fs.DurationVar(&o.Backends.Decode, "decode", d.Backends.Decode, "time per output token")
+	fs.TextVar(&o.LogLevel, "log-level", d.LogLevel, "level of the sidecars' logs on stderr (info: the access log)")
 	fs.IntVar(&o.Backends.CacheBlocks, "cache-blocks", d.Backends.CacheBlocks, "prefix-cache capacity per backend, in blocks of 16 tokens")
 }
 
 // writeAffinity writes dir/AFFINITY.md.
-func writeAffinity(dir string, o affinity.Options, rs []*affinity.Result, cmd string, started time.Time) error {
+func writeAffinity(dir string, o affinity.Options, rs []*affinity.Result, cmd, machine string, started time.Time) error {
 	var b bytes.Buffer
-	affinity.Markdown(&b, o, rs, cmd, machine(), started, time.Since(started))
+	affinity.Markdown(&b, o, rs, cmd, machine, started, time.Since(started))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,28 +22,31 @@ type Options struct {
 	Policies         []Policy
 	// Step, if set, is told when each policy starts (a progress bar).
 	Step func(label string)
+	// LogLevel of the sidecars' logs on stderr; info shows the access
+	// log. The zero value is info: Defaults set warn.
+	LogLevel slog.Level
 }
 
 // Defaults are the full run (make bench-affinity, about 4 minutes on 2
 // cores). The workload holds more live session state than the backends'
 // caches: see README "Affinity policy" for the reasoning.
 var Defaults = Options{
-	Backends: Backends{N: 4, MaxRunning: 4, Prefill: 100 * time.Microsecond, Decode: 5 * time.Millisecond, CacheBlocks: 512},
+	Backends: Backends{N: 4, MaxRunning: 16, Prefill: 100 * time.Microsecond, Decode: 20 * time.Millisecond, CacheBlocks: 256},
 	Workload: Workload{
-		Agents: 3, AgentContext: 1500, AgentGrowth: 150, Parallel: 8, AgentTokens: 48, AgentThink: time.Second,
-		ChatEvery: 60 * time.Millisecond, SystemTokens: 200, ChatFirstMin: 100, ChatFirstMax: 400,
-		ChatTurnsMax: 6, ChatTurnAdded: 60, ChatTokens: 24, ChatThinkMin: 500 * time.Millisecond, ChatThinkMax: 3 * time.Second,
+		Agents: 3, AgentContext: 1000, AgentGrowth: 50, Parallel: 8, AgentTokens: 64, AgentThink: 2 * time.Second,
+		ChatEvery: 150 * time.Millisecond, SystemTokens: 200, ChatFirstMin: 100, ChatFirstMax: 400,
+		ChatTurnsMax: 6, ChatTurnAdded: 60, ChatTokens: 32, ChatThinkMin: 500 * time.Millisecond, ChatThinkMax: 3 * time.Second,
 		Seed: 1,
 	},
 	Warmup: 10 * time.Second, Duration: 30 * time.Second,
-	Policies: Policies,
+	Policies: Policies, LogLevel: slog.LevelWarn,
 }
 
-// Quick is the smoke run of make bench-quick: every policy works, no
-// figure is asserted.
+// Quick is the smoke run of make bench-quick (about 25 s): every policy
+// works, no figure is asserted.
 var Quick = func() Options {
 	o := Defaults
-	o.Warmup, o.Duration = time.Second, 3*time.Second
+	o.Warmup, o.Duration = 500*time.Millisecond, 2*time.Second
 	return o
 }()
 
@@ -125,7 +129,7 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 		s := &stack{result: r}
 		backends, err := s.startBackends(o.Backends, ports)
 		if err == nil {
-			err = s.startPolicy(p, aff, backends, filepath.Join(dir, fmt.Sprint(i)))
+			err = s.startPolicy(p, aff, backends, filepath.Join(dir, fmt.Sprint(i)), o.LogLevel)
 		}
 		if err == nil {
 			err = measure(s, o)

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/bench/routers"
@@ -108,7 +107,7 @@ func accepted(p Policy) (string, error) {
 // startPolicy starts p's router replicas over backends: round-robin
 // proxies, one sidecar with a memory store, or sidecars in a gossip ring
 // (encrypted, as tether's default requires) that dir holds the key of.
-func (s *stack) startPolicy(p Policy, affinity string, backends []string, dir string) error {
+func (s *stack) startPolicy(p Policy, affinity string, backends []string, dir string, level slog.Level) error {
 	if p.RoundRobin {
 		g, err := routers.Start(routers.RoundRobin, backends, p.Replicas)
 		if err != nil {
@@ -154,9 +153,10 @@ func (s *stack) startPolicy(p Policy, affinity string, backends []string, dir st
 		if err != nil {
 			return err
 		}
-		// Warn level: no access log line per request (the counters come
-		// from the metrics), as a busy production sidecar would run.
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		// Warn level unless asked: no access log line per request (the
+		// counters come from the metrics), as a busy production sidecar
+		// would run.
+		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 		srv, err := server.New(context.Background(), cfg, log, server.Deps{PodName: fmt.Sprintf("bench-%d", i)})
 		if err != nil {
 			return err
@@ -208,13 +208,14 @@ func waitReady(url string, within time.Duration) error {
 	}
 }
 
-// close stops the replicas (gracefully, in parallel), then the backends.
+// close stops the replicas gracefully, one after the other (a replica
+// leaving a ring whose other members leave at the same moment waits out
+// its leave timeout for acknowledgements), then the backends.
 func (s *stack) close() {
-	var wg sync.WaitGroup
 	for _, sc := range s.sidecars {
-		wg.Go(func() { sc.stop(); <-sc.done })
+		sc.stop()
+		<-sc.done
 	}
-	wg.Wait()
 	if s.group != nil {
 		s.group.Close()
 	}

@@ -111,7 +111,7 @@ func (d *driver) agent(a int, end time.Time) {
 			calls.Go(func() { d.record(d.send(url, session, msgs, d.w.AgentTokens)) })
 		}
 		calls.Wait()
-		time.Sleep(d.w.AgentThink)
+		pause(d.w.AgentThink, end)
 		hist = append(hist, words(fmt.Sprintf("a%d-t%d-result", a, turn), d.w.AgentGrowth))
 	}
 }
@@ -129,10 +129,13 @@ func (d *driver) chat(i int, end time.Time) {
 		}
 		d.record(d.send(d.urls[(base+turn)%len(d.urls)], session, hist, d.w.ChatTokens))
 		hist = append(hist, words(fmt.Sprintf("c%d-t%d", i, turn), d.w.ChatTurnAdded))
-		think := d.w.ChatThinkMin + time.Duration(rng.Int64N(int64(max(1, d.w.ChatThinkMax-d.w.ChatThinkMin))))
-		time.Sleep(think)
+		pause(d.w.ChatThinkMin+time.Duration(rng.Int64N(int64(max(1, d.w.ChatThinkMax-d.w.ChatThinkMin)))), end)
 	}
 }
+
+// pause sleeps for d, or until end if that comes first (no turn starts
+// after it, so there is nothing to wait for).
+func pause(d time.Duration, end time.Time) { time.Sleep(min(d, time.Until(end))) }
 
 // replicaBase spreads sessions' first turns over the replicas.
 func replicaBase(session string) int {
