@@ -21,7 +21,7 @@ import (
 // mainPanels are the panels rendered into the README, in reading order.
 var mainPanels = []string{
 	"Requests by decision", "Sticky hit ratio",
-	"Prefix-cache hit rate (backends)", "Rebinds by reason",
+	"Prefix-cache hit rate", "Rebinds by reason",
 	"Store latency p99", "Store breaker open",
 	"Convergence", "Admissions by result",
 }

@@ -32,6 +32,7 @@ type Annotations struct {
 	PDGroupLabel        string
 	ModelServer         string
 	Affinity            config.AffinityMode
+	AffinityPolicy      config.AffinityPolicy
 	ListenPort          int
 	AdminPort           int
 	GossipPort          int
@@ -104,6 +105,7 @@ var parsers = map[string]parser{
 	AnnotationPDGroupLabel:           parseGroupLabel,
 	AnnotationModelServer:            parseModelServer,
 	AnnotationAffinity:               parseAffinity,
+	AnnotationAffinityPolicy:         parseAffinityPolicy,
 	AnnotationListenPort:             portInto(func(a *Annotations) *int { return &a.ListenPort }),
 	AnnotationAdminPort:              portInto(func(a *Annotations) *int { return &a.AdminPort }),
 	AnnotationGossipPort:             portInto(func(a *Annotations) *int { return &a.GossipPort }),
@@ -317,6 +319,15 @@ func parseAffinity(v string, a *Annotations, _ *problems) string {
 		return fmt.Sprintf("unknown mode %q (want hard or soft)", v)
 	}
 	a.Affinity = mode
+	return ""
+}
+
+func parseAffinityPolicy(v string, a *Annotations, _ *problems) string {
+	p := config.AffinityPolicy(v)
+	if p != config.PolicyThreshold && p != config.PolicyCost {
+		return fmt.Sprintf("unknown policy %q (want threshold or cost)", v)
+	}
+	a.AffinityPolicy = p
 	return ""
 }
 

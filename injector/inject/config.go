@@ -145,7 +145,7 @@ func (inj *Injector) renderConfig(a *Annotations, pod *corev1.Pod, ns string, pl
 		cfg.Store.KeySecretFile = GossipKeyDir + "/" + GossipKeyKey
 	}
 
-	pool := config.Pool{Listen: listen, Affinity: config.Affinity{Mode: a.Affinity}}
+	pool := config.Pool{Listen: listen, Affinity: config.Affinity{Mode: a.Affinity, Policy: a.AffinityPolicy}}
 	if pool.Name = PoolName(pod, ns, a.Pool); pool.Name == "" {
 		p.add(AnnotationPool, "required: the pod has no app.kubernetes.io/name or app label and no name to derive the pool name from")
 	}
@@ -356,6 +356,7 @@ var fieldAnnotations = []struct{ prefix, key string }{
 	{"pools[0].backends.decode", AnnotationBackendPort},
 	{"pools[0].backends.modelServer", AnnotationModelServer},
 	{"pools[0].backends", AnnotationBackendSelector},
+	{"pools[0].affinity.policy", AnnotationAffinityPolicy},
 	{"pools[0].affinity", AnnotationAffinity},
 	{"pools[0].sessionToken", AnnotationSessionTokenSecret},
 	{"store.redis.username", AnnotationRedisUsername},

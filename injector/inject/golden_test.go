@@ -78,6 +78,9 @@ func goldenCases() []goldenCase {
 			inject.AnnotationPool:            "deepseek-r1",
 			inject.AnnotationAffinity:        "soft",
 		}},
+		{name: "affinity-cost", input: "router", set: map[string]string{
+			inject.AnnotationAffinity: "soft", inject.AnnotationAffinityPolicy: "cost",
+		}},
 		{name: "configmap-config", input: "router", del: routerAnnotations, set: map[string]string{
 			inject.AnnotationConfig:              "router-tether",
 			inject.AnnotationStore:               "redis",
@@ -244,6 +247,8 @@ func goldenCases() []goldenCase {
 		{name: "invalid-pd-group-label", input: "router", set: map[string]string{inject.AnnotationPDGroupLabel: "pd group"}},
 		{name: "invalid-pd-group-label-without-pd", input: "router", set: map[string]string{inject.AnnotationPDGroupLabel: "pd-group"}},
 		{name: "invalid-affinity", input: "router", set: map[string]string{inject.AnnotationAffinity: "sticky"}},
+		{name: "invalid-affinity-policy", input: "router", set: map[string]string{inject.AnnotationAffinity: "soft", inject.AnnotationAffinityPolicy: "fast"}},
+		{name: "invalid-affinity-policy-hard", input: "router", set: map[string]string{inject.AnnotationAffinityPolicy: "cost"}},
 		{name: "invalid-listen-port", input: "router", set: map[string]string{inject.AnnotationListenPort: "17020"}},
 		{name: "invalid-listen-port-word", input: "router", set: map[string]string{inject.AnnotationListenPort: "http"}},
 		{name: "invalid-listen-port-taken", input: "router", set: map[string]string{inject.AnnotationListenPort: "8080"}},

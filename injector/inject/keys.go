@@ -38,9 +38,11 @@ const (
 	// sessionSticky) instead of the backend and session annotations.
 	AnnotationModelServer = Prefix + "model-server"
 	AnnotationAffinity    = Prefix + "affinity"
-	AnnotationListenPort  = Prefix + "listen-port"
-	AnnotationAdminPort   = Prefix + "admin-port"
-	AnnotationGossipPort  = Prefix + "gossip-port"
+	// AnnotationAffinityPolicy is soft affinity's policy: threshold or cost.
+	AnnotationAffinityPolicy = Prefix + "affinity-policy"
+	AnnotationListenPort     = Prefix + "listen-port"
+	AnnotationAdminPort      = Prefix + "admin-port"
+	AnnotationGossipPort     = Prefix + "gossip-port"
 	// AnnotationDebugPort moves the loopback debug listener (/debug/*).
 	AnnotationDebugPort = Prefix + "debug-port"
 
@@ -113,7 +115,7 @@ var poolKeys = []string{
 	AnnotationPool, AnnotationSources, AnnotationTTL,
 	AnnotationBackendSelector, AnnotationBackendPort,
 	AnnotationPrefillSelector, AnnotationDecodeSelector, AnnotationPDGroupLabel, AnnotationModelServer,
-	AnnotationAffinity, AnnotationListenPort, AnnotationDebugPort, AnnotationRedisAddress,
+	AnnotationAffinity, AnnotationAffinityPolicy, AnnotationListenPort, AnnotationDebugPort, AnnotationRedisAddress,
 	AnnotationRedisUsername, AnnotationRedisTLS, AnnotationRedisRequireAtStartup, AnnotationGossipRequireAtStartup,
 	AnnotationJWTAlgorithms, AnnotationJWTIssuer, AnnotationJWTAudience, AnnotationJWTRequireExp,
 }
