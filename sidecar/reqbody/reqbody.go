@@ -8,6 +8,7 @@ package reqbody
 
 import (
 	"context"
+	"sync"
 
 	"github.com/tetherproxy/tether/sidecar/jsonscan"
 )
@@ -35,6 +36,9 @@ type Body struct {
 	raw     []byte
 	s       *jsonscan.Scanner
 	scanned bool
+	// others are the values of paths the listener was not built with,
+	// each scanned once.
+	others map[string]jsonscan.Value
 }
 
 // Of returns raw as a Body whose fields are scanned when first read.
@@ -50,21 +54,65 @@ func (b *Body) scan() *jsonscan.Scanner {
 	return b.s
 }
 
-// Value is the body's value at path: Absent when path is not one of the
-// listener's fields, the body is not a JSON object, or b is nil.
+// Value is the body's value at path: Absent when the body does not hold
+// one, is not a JSON object, or b is nil. The listener's fields come from
+// its one scan; any other path (a Body source of a ModelServer, which
+// arrives while the sidecar runs) is read by a scan of its own.
 func (b *Body) Value(path string) jsonscan.Value {
 	if b == nil {
 		return jsonscan.Value{}
 	}
-	s := b.scan()
-	if s == nil || !s.IsObject() {
-		return jsonscan.Value{}
+	if b.f != nil {
+		if i := b.f.paths.Index(path); i >= 0 {
+			s := b.scan()
+			if s == nil || !s.IsObject() {
+				return jsonscan.Value{}
+			}
+			return s.Value(i)
+		}
 	}
-	i := b.f.paths.Index(path)
-	if i < 0 {
-		return jsonscan.Value{}
+	if v, ok := b.others[path]; ok {
+		return v
 	}
-	return s.Value(i)
+	var v jsonscan.Value
+	if p := compiled(path); p != nil {
+		if s := p.Scan(b.raw, MaxValueBytes); s.IsObject() {
+			v = s.Value(0)
+		}
+	}
+	if b.others == nil {
+		b.others = make(map[string]jsonscan.Value, 1)
+	}
+	b.others[path] = v
+	return v
+}
+
+// maxCompiled bounds the cache of single paths compiled for Value. The
+// paths come from ModelServer objects (a handful per pool); past the
+// bound a path is compiled on every use.
+const maxCompiled = 256
+
+var (
+	compiledMu    sync.Mutex
+	compiledPaths = map[string]*jsonscan.Paths{} // nil: not a valid path
+)
+
+// compiled returns path compiled alone, or nil when it is not a valid
+// path.
+func compiled(path string) *jsonscan.Paths {
+	compiledMu.Lock()
+	defer compiledMu.Unlock()
+	if p, ok := compiledPaths[path]; ok {
+		return p
+	}
+	p, err := jsonscan.Compile(path)
+	if err != nil {
+		p = nil
+	}
+	if len(compiledPaths) < maxCompiled {
+		compiledPaths[path] = p
+	}
+	return p
 }
 
 // String is the string at path, if the body holds one within MaxValueBytes.

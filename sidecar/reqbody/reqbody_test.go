@@ -24,7 +24,25 @@ func TestBody(t *testing.T) {
 		t.Errorf("metadata.session_id = %q", v)
 	}
 	if v := b.Value("unknown"); v.Kind != jsonscan.Absent {
-		t.Errorf("a field the listener does not read: %+v", v)
+		t.Errorf("a path the body does not hold: %+v", v)
+	}
+	// A path the listener was not built with (a ModelServer's Body
+	// source) is read by a scan of its own, by the same rules.
+	other := f.Of([]byte(`{"model":"m","session":{"id":"abc","n":1}}`))
+	if v, ok := other.String("session.id"); !ok || v != "abc" {
+		t.Errorf("session.id, not among the fields = %q, %v", v, ok)
+	}
+	if v, ok := other.String("session.id"); !ok || v != "abc" {
+		t.Errorf("session.id again = %q, %v", v, ok)
+	}
+	if v := other.Value("session..id"); v.Kind != jsonscan.Absent {
+		t.Errorf("an invalid path: %+v", v)
+	}
+	if v, ok := (*Fields)(nil).Of([]byte(`{"k":"v"}`)).String("k"); !ok || v != "v" {
+		t.Errorf("a listener without fields = %q, %v", v, ok)
+	}
+	if v, ok := f.Of([]byte(`{"session":{"id":"abc"}`)).String("session.id"); ok {
+		t.Errorf("an incomplete document yielded %q", v)
 	}
 	long := f.Of([]byte(`{"user":"` + strings.Repeat("x", MaxValueBytes+1) + `"}`))
 	if _, ok := long.String("user"); ok {
@@ -45,8 +63,11 @@ func TestContext(t *testing.T) {
 	}
 	var nf *Fields
 	b := nf.Of([]byte(`{"model":"m"}`))
-	if _, ok := b.String("model"); ok || b.IsObject() {
-		t.Error("a listener reading no field read one")
+	if b.IsObject() {
+		t.Error("a listener reading no field scanned the body")
+	}
+	if v, ok := b.String("model"); !ok || v != "m" {
+		t.Errorf("a field asked for on a listener reading none = %q, %v", v, ok)
 	}
 	f, _ := NewFields("model")
 	ctx := NewContext(context.Background(), f.Of([]byte(`{"model":"m"}`)))

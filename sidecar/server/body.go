@@ -20,7 +20,8 @@ func bodyFields(cfg *config.Config, l config.Listener) (*reqbody.Fields, error) 
 	}
 	for _, i := range l.Pools {
 		// A non-sticky pool has no sources; a ModelServer pool's come
-		// from the object at run time, so Body sources are not read there.
+		// from the object at run time, and reqbody reads their paths by a
+		// scan of their own.
 		ss := cfg.Pools[i].SessionSticky
 		if ss == nil {
 			continue

@@ -23,6 +23,7 @@ type accessLog struct {
 	Pool        string  `json:"pool"`
 	KeyHash     string  `json:"key_hash"`
 	Decision    string  `json:"decision"`
+	Source      string  `json:"source"`
 	SelectedPod string  `json:"selected_pod"`
 	Path        string  `json:"path"`
 	Status      int     `json:"status"`

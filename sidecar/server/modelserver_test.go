@@ -103,13 +103,9 @@ func modelServerObject(t *testing.T, doc string) *unstructured.Unstructured {
 	return u
 }
 
-// TestModelServerPool: a pool defined by a ModelServer through the real
-// proxy: picked on a shared listener by the object's model, sticky by its
-// sessionSticky, bounded by its trafficPolicy.timeout for the response
-// headers (504) but not for the body, non-sticky once an edit removes
-// sessionSticky, and answering a clear 503 once the object is deleted.
-func TestModelServerPool(t *testing.T) {
-	port, names := samePortServers(t, 2)
+// readyPods are Ready pods app=ds in namespace llm named names, on
+// 127.0.0.2, 127.0.0.3, ... (samePortServers).
+func readyPods(names []string) []runtime.Object {
 	var objs []runtime.Object
 	for i, name := range names {
 		objs = append(objs, &corev1.Pod{
@@ -119,6 +115,84 @@ func TestModelServerPool(t *testing.T) {
 				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 		})
 	}
+	return objs
+}
+
+// TestModelServerBodySource: a ModelServer's sessionSticky may read the
+// session from a field of the JSON body, a path the listener was not
+// built with: every session keeps its pod, and the decisions say so.
+func TestModelServerBodySource(t *testing.T) {
+	port, names := samePortServers(t, 2)
+	spec := fmt.Sprintf(`spec:
+  workloadSelector: {matchLabels: {app: ds}}
+  workloadPort: {port: %d}
+  model: m1
+  trafficPolicy:
+    sessionSticky:
+      sessionAffinitySeconds: 120
+      sources: [{type: Body, name: metadata.conversation}]
+`, port)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{modelserver.GVR: "ModelServerList"}, modelServerObject(t, spec))
+	doc := "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n  - name: llm/ds\n    backends: {modelServer: {name: ds}}\n"
+	sc := startSidecarWith(t, doc, server.Deps{Kube: fake.NewClientset(readyPods(names)...), Dynamic: dyn, Namespace: "llm"})
+	testkit.Eventually(t, 10*time.Second, "both pods selectable", func() error {
+		v, err := testkit.FindMetric(sc.srv.Registry(), "tether_backends_selectable", "pool", "llm/ds", "role", "backend")
+		if err != nil || v != 2 {
+			return fmt.Errorf("tether_backends_selectable = %v, %v", v, err)
+		}
+		return nil
+	})
+	send := func(conversation string) string {
+		t.Helper()
+		body := `{"model":"m1","metadata":{"conversation":"` + conversation + `"},"messages":[{"role":"user","content":"hi"}]}`
+		resp, err := http.Post(sc.url("llm/ds", "/v1/chat/completions"), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return resp.Header.Get("X-Modelsim-Id")
+	}
+	const sessions, turns = 8, 4
+	for i := range sessions {
+		home := send(fmt.Sprint("c", i))
+		for range turns - 1 {
+			if got := send(fmt.Sprint("c", i)); got != home {
+				t.Fatalf("conversation c%d moved from %s to %s", i, home, got)
+			}
+		}
+	}
+	var decisions []string
+	testkit.Eventually(t, 5*time.Second, "every access-log line", func() bool {
+		decisions = decisions[:0]
+		for _, l := range sc.accessLogs(t) {
+			decisions = append(decisions, l.Decision+"/"+l.Source)
+		}
+		return len(decisions) == sessions*turns
+	})
+	for i, d := range decisions {
+		want := "hit/Body"
+		if i%turns == 0 {
+			want = "miss/Body"
+		}
+		if d != want {
+			t.Fatalf("request %d: decision/source %s, want %s", i, d, want)
+		}
+	}
+}
+
+// TestModelServerPool: a pool defined by a ModelServer through the real
+// proxy: picked on a shared listener by the object's model, sticky by its
+// sessionSticky, bounded by its trafficPolicy.timeout for the response
+// headers (504) but not for the body, non-sticky once an edit removes
+// sessionSticky, and answering a clear 503 once the object is deleted.
+func TestModelServerPool(t *testing.T) {
+	port, names := samePortServers(t, 2)
+	objs := readyPods(names)
 	spec := fmt.Sprintf(`spec:
   workloadSelector: {matchLabels: {app: ds}}
   workloadPort: {port: %d}
