@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -38,15 +39,15 @@ var Defaults = Options{
 		ChatTurnsMax: 6, ChatTurnAdded: 60, ChatTokens: 32, ChatThinkMin: 500 * time.Millisecond, ChatThinkMax: 3 * time.Second,
 		Seed: 1,
 	},
-	Warmup: 10 * time.Second, Duration: 30 * time.Second,
+	Warmup: 15 * time.Second, Duration: 120 * time.Second,
 	Policies: Policies, LogLevel: slog.LevelWarn,
 }
 
-// Quick is the smoke run of make bench-quick (about 25 s): every policy
+// Quick is the smoke run of make bench-quick (about 12 s): every policy
 // works, no figure is asserted.
 var Quick = func() Options {
 	o := Defaults
-	o.Warmup, o.Duration = 500*time.Millisecond, 2*time.Second
+	o.Warmup, o.Duration = time.Second, 4*time.Second
 	return o
 }()
 
@@ -89,31 +90,34 @@ func (r *Result) HitRun() float64 {
 // Sidecar reports whether the policy runs through tether.
 func (r *Result) Sidecar() bool { return !r.Policy.RoundRobin }
 
-// Run runs the policies one after the other, each on fresh backends
-// and replicas. The backends listen on the same loopback ports in every
-// run: the sidecars place new sessions by hashing the session key over
-// the backends' addresses, so every policy starts from the same
-// placement (which backends the heavy agent sessions share), and the
-// policies differ only in what they do with it.
+// Run starts every policy on backends of its own (see StackHeader),
+// then drives the same workload through all of them at once.
 func Run(ctx context.Context, o Options) ([]*Result, error) {
 	dir, err := os.MkdirTemp("", "bench-affinity-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	ports := make([]int, o.Backends.N)
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			return nil, err
-		}
+	f, err := startFleet(o.Backends, len(o.Policies))
+	if err != nil {
+		return nil, err
 	}
+	defer f.close()
 	var out []*Result
+	var stacks []*stack
+	defer func() {
+		var wg sync.WaitGroup
+		for _, s := range stacks {
+			wg.Go(s.close)
+		}
+		wg.Wait()
+	}()
 	for i, p := range o.Policies {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		if o.Step != nil {
-			o.Step("affinity: " + p.Name)
+			o.Step("affinity: starting " + p.Name)
 		}
 		r := &Result{Policy: p}
 		out = append(out, r)
@@ -126,29 +130,35 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 			continue
 		}
 		r.Affinity = aff
-		s := &stack{result: r}
-		backends, err := s.startBackends(o.Backends, ports)
-		if err == nil {
-			err = s.startPolicy(p, aff, backends, filepath.Join(dir, fmt.Sprint(i)), o.LogLevel)
-		}
-		if err == nil {
-			err = measure(s, o)
-		}
-		s.close()
-		if err != nil {
+		s := &stack{tag: i, sims: f.sims[i], result: r}
+		stacks = append(stacks, s)
+		if err := s.startPolicy(p, aff, f.addrs, filepath.Join(dir, fmt.Sprint(i)), o.LogLevel); err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Name, err)
 		}
 	}
-	return out, nil
+	if o.Step != nil {
+		o.Step(fmt.Sprintf("affinity: every policy at once, %s warm-up + %s measured", o.Warmup, o.Duration))
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(stacks))
+	for i, s := range stacks {
+		wg.Go(func() { errs[i] = measure(s, o, start) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, ctx.Err()
 }
 
-// measure drives the workload through s's replicas and fills s.result.
-func measure(s *stack, o Options) error {
+// measure drives the workload through s's replicas from start and fills
+// s.result.
+func measure(s *stack, o Options, start time.Time) error {
 	r := s.result
 	tr := &http.Transport{MaxIdleConnsPerHost: 512, ResponseHeaderTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
-	d := &driver{w: o.Workload, urls: s.urls, client: &http.Client{Transport: tr}}
-	start := time.Now()
+	d := &driver{w: o.Workload, urls: s.urls, tag: fmt.Sprint(s.tag), client: &http.Client{Transport: tr}}
 	warm := start.Add(o.Warmup)
 	var before counts
 	var snapErr error

@@ -29,10 +29,10 @@ type Backends struct {
 	CacheBlocks int           // prefix-cache capacity in blocks of sim.DefaultBlockTokens tokens
 }
 
-// stack is one policy's backends and router replicas.
+// stack is one policy's router replicas and backends.
 type stack struct {
-	sims     []*sim.Server
-	servers  []*http.Server
+	tag      int           // its StackHeader value
+	sims     []*sim.Server // its backends (served by the fleet)
 	sidecars []*sidecar
 	group    *routers.Group
 	urls     []string // each replica's chat-completions URL
@@ -45,29 +45,11 @@ type sidecar struct {
 	done chan error
 }
 
-// startBackends serves b.N modelsim backends on the loopback ports.
-func (s *stack) startBackends(b Backends, ports []int) ([]string, error) {
-	var addrs []string
-	for i := range b.N {
-		m := sim.New(sim.Options{ID: fmt.Sprintf("sim-%d", i), MaxRunning: b.MaxRunning, PrefillPerToken: b.Prefill,
-			DecodePerToken: b.Decode, CacheBlocks: b.CacheBlocks, SerialPrefill: true})
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ports[i]))
-		if err != nil {
-			return nil, err
-		}
-		hs := &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
-		go hs.Serve(ln)
-		s.servers = append(s.servers, hs)
-		s.sims = append(s.sims, m)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, nil
-}
-
 // sidecarConfig is one replica's configuration: a pool "bench" keyed on
 // X-Session-ID over the backends, scraping their queues every 100 ms
-// (soft affinity and placement read them), with the given store.
-func sidecarConfig(backends []string, store, affinity string) string {
+// (soft affinity and placement read them) from stack tag's metrics, with
+// the given store.
+func sidecarConfig(backends []string, store, affinity string, tag int) string {
 	quoted := make([]string, len(backends))
 	for i, b := range backends {
 		quoted[i] = fmt.Sprintf("%q", b)
@@ -80,8 +62,8 @@ pools:
     sessionSticky: {sources: [{type: Header, name: X-Session-ID}]}
     backends: {static: [%s]}
     affinity: %s
-    loadMetrics: {interval: 100ms, timeout: 100ms}
-`, store, strings.Join(quoted, ", "), affinity)
+    loadMetrics: {interval: 100ms, timeout: 100ms, path: /stack/%d/metrics}
+`, store, strings.Join(quoted, ", "), affinity, tag)
 }
 
 // accepted returns the affinity block this build accepts for p: its
@@ -95,7 +77,7 @@ func accepted(p Policy) (string, error) {
 		if a == "" {
 			continue
 		}
-		_, err := config.Parse([]byte(sidecarConfig([]string{"127.0.0.1:1"}, "{backend: memory}", a)))
+		_, err := config.Parse([]byte(sidecarConfig([]string{"127.0.0.1:1"}, "{backend: memory}", a, 0)))
 		if err == nil {
 			return a, nil
 		}
@@ -149,7 +131,7 @@ func (s *stack) startPolicy(p Policy, affinity string, backends []string, dir st
 			}
 			store = fmt.Sprintf("{backend: gossip, gossip: {bind: %q, advertise: %q, join: [%s], secretKeyFile: %q}}", bind, bind, join, key)
 		}
-		cfg, err := config.Parse([]byte(sidecarConfig(backends, store, affinity)))
+		cfg, err := config.Parse([]byte(sidecarConfig(backends, store, affinity, s.tag)))
 		if err != nil {
 			return err
 		}
@@ -210,7 +192,7 @@ func waitReady(url string, within time.Duration) error {
 
 // close stops the replicas gracefully, one after the other (a replica
 // leaving a ring whose other members leave at the same moment waits out
-// its leave timeout for acknowledgements), then the backends.
+// its leave timeout for acknowledgements).
 func (s *stack) close() {
 	for _, sc := range s.sidecars {
 		sc.stop()
@@ -218,9 +200,6 @@ func (s *stack) close() {
 	}
 	if s.group != nil {
 		s.group.Close()
-	}
-	for _, hs := range s.servers {
-		_ = hs.Close()
 	}
 }
 

@@ -75,6 +75,7 @@ type sample struct {
 type driver struct {
 	w      Workload
 	urls   []string
+	tag    string // StackHeader
 	client *http.Client
 	mu     sync.Mutex
 	out    []sample
@@ -174,6 +175,7 @@ func (d *driver) send(url, session string, msgs []string, maxTokens int) sample 
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Session-ID", session)
+	req.Header.Set(StackHeader, d.tag)
 	s := sample{start: time.Now()}
 	resp, err := d.client.Do(req)
 	if err != nil {
