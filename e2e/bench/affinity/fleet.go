@@ -11,14 +11,15 @@ import (
 	"github.com/tetherproxy/tether/e2e/modelsim/sim"
 )
 
-// StackHeader names the policy a request belongs to. The policies run at
-// once, so that they share the noise of the same seconds of a shared
-// machine, and still see the same backend addresses, so that the
-// sidecars' hashed placement (session key over backend addresses) starts
-// each from the same spread of sessions: backend j of every policy is
-// one listener, which hands a request to policy i's own modelsim
-// server j by this header (the routers pass it on), and a load scrape
-// by its path, /stack/i/metrics.
+// StackHeader names the policy a request belongs to. Every policy has
+// backends of its own (fresh caches and queues) at the same addresses,
+// so that the sidecars' hashed placement (session key over backend
+// addresses) starts each from the same spread of sessions: backend j of
+// every policy is one listener, which hands a request to policy i's own
+// modelsim server j by this header (the routers pass it on), and a load
+// scrape by its path, /stack/i/metrics. (The policies run one after the
+// other: all at once, the bench's own CPU demand, five times higher,
+// starved it on a loaded 2-core machine into dial timeouts.)
 const StackHeader = "X-Bench-Stack"
 
 // fleet is the backends of every policy behind shared listeners.
