@@ -30,13 +30,6 @@ type Policy struct {
 	// Replicas is the number of sidecars (or round-robin proxies); more
 	// than one sidecar share bindings through a gossip ring.
 	Replicas int
-	// Fallback is the same policy in an older config's words, used when
-	// this build does not accept Affinity ("" : none).
-	Fallback string
-	// Optional policies are skipped, with the reason in the report,
-	// when this build's config accepts neither (a policy not merged
-	// yet); the others must start.
-	Optional bool
 }
 
 // Replicas of every multi-replica policy: the smallest ring in which
@@ -51,8 +44,8 @@ const Replicas = 3
 var Policies = []Policy{
 	{Key: "rr", Name: "round robin", RoundRobin: true, Replicas: Replicas},
 	{Key: "hard", Name: "hard", Affinity: "{mode: hard}", Replicas: Replicas},
-	{Key: "threshold", Name: "threshold soft", Affinity: "{mode: soft, policy: threshold, cooldown: 5s}", Fallback: "{mode: soft, cooldown: 5s}", Replicas: Replicas},
-	{Key: "cost", Name: "cost soft", Affinity: "{mode: soft, policy: cost, costMargin: 0.25, cooldown: 5s}", Replicas: Replicas, Optional: true},
+	{Key: "threshold", Name: "threshold soft", Affinity: "{mode: soft, policy: threshold, cooldown: 5s}", Replicas: Replicas},
+	{Key: "cost", Name: "cost soft", Affinity: "{mode: soft, policy: cost, costMargin: 0.25, cooldown: 5s}", Replicas: Replicas},
 	{Key: "oracle", Name: "oracle (hard, 1 sidecar)", Affinity: "{mode: hard}", Replicas: 1},
 }
 

@@ -53,9 +53,7 @@ var Quick = func() Options {
 // Result is one policy's measurements over the measured window.
 type Result struct {
 	Policy   Policy
-	Affinity string // the affinity block it ran with ("" for round robin)
-	Skipped  string // why it did not run (an optional policy this build lacks)
-	Requests int    // requests started in the window
+	Requests int // requests started in the window
 	Errors   int
 	FirstErr string
 	P50, P99 time.Duration // TTFT of the window's successful requests
@@ -112,17 +110,8 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 		}
 		r := &Result{Policy: p}
 		out = append(out, r)
-		aff, err := accepted(p)
-		if err != nil {
-			if !p.Optional {
-				return nil, fmt.Errorf("%s: %w", p.Name, err)
-			}
-			r.Skipped = "this build's config does not accept `" + p.Affinity + "`"
-			continue
-		}
-		r.Affinity = aff
 		s := &stack{tag: i, sims: f.sims[i], result: r}
-		err = s.startPolicy(p, aff, f.addrs, filepath.Join(dir, fmt.Sprint(i)), o.LogLevel)
+		err := s.startPolicy(p, f.addrs, filepath.Join(dir, fmt.Sprint(i)), o.LogLevel)
 		if err == nil {
 			err = measure(s, o, time.Now())
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -66,30 +65,10 @@ pools:
 `, store, strings.Join(quoted, ", "), affinity, tag)
 }
 
-// accepted returns the affinity block this build accepts for p: its
-// own, else its fallback; "" and the reason when neither parses.
-func accepted(p Policy) (string, error) {
-	if p.RoundRobin {
-		return "", nil
-	}
-	var errs []error
-	for _, a := range []string{p.Affinity, p.Fallback} {
-		if a == "" {
-			continue
-		}
-		_, err := config.Parse([]byte(sidecarConfig([]string{"127.0.0.1:1"}, "{backend: memory}", a, 0)))
-		if err == nil {
-			return a, nil
-		}
-		errs = append(errs, err)
-	}
-	return "", errors.Join(errs...)
-}
-
 // startPolicy starts p's router replicas over backends: round-robin
 // proxies, one sidecar with a memory store, or sidecars in a gossip ring
 // (encrypted, as tether's default requires) that dir holds the key of.
-func (s *stack) startPolicy(p Policy, affinity string, backends []string, dir string, level slog.Level) error {
+func (s *stack) startPolicy(p Policy, backends []string, dir string, level slog.Level) error {
 	if p.RoundRobin {
 		g, err := routers.Start(routers.RoundRobin, backends, p.Replicas)
 		if err != nil {
@@ -131,7 +110,7 @@ func (s *stack) startPolicy(p Policy, affinity string, backends []string, dir st
 			}
 			store = fmt.Sprintf("{backend: gossip, gossip: {bind: %q, advertise: %q, join: [%s], secretKeyFile: %q}}", bind, bind, join, key)
 		}
-		cfg, err := config.Parse([]byte(sidecarConfig(backends, store, affinity, s.tag)))
+		cfg, err := config.Parse([]byte(sidecarConfig(backends, store, p.Affinity, s.tag)))
 		if err != nil {
 			return err
 		}
