@@ -109,7 +109,10 @@ func stickyMain(ctx context.Context, args []string) error {
 		return err
 	}
 	o.Step = func(st string) { fmt.Fprintln(os.Stderr, "…", st) }
-	fmt.Println("workload:", workload.Summary(workload.Generate(o.Workload), o.Workload))
+	for _, b := range o.Backends {
+		w := o.ForBackends(b)
+		fmt.Printf("workload, B = %d: %s\n", b, workload.Summary(workload.Generate(w), w))
+	}
 	res, sweep, err := sticky.Run(ctx, o)
 	if err != nil {
 		return err

@@ -18,7 +18,15 @@ const (
 	RoundRobin       = routers.RoundRobin
 	LeastOutstanding = routers.LeastOutstanding
 	ConsistentHash   = routers.ConsistentHash
-	TetherMemory     = "tether-memory" // per-replica memory store (Kthena's default)
+	// TetherMemory is a per-replica memory store that places new sessions
+	// by load, not by key (Kthena's default: each router replica its own
+	// map, a new session to the backend its scheduler picks), so replicas
+	// that have not seen a session place it independently.
+	TetherMemory = "tether-memory"
+	// TetherMemoryHash is tether's memory store with its default
+	// placement (rendezvous hashing of the key): replicas still keep
+	// their own maps, but propose the same backend for a new key.
+	TetherMemoryHash = "tether-memory-hash"
 	TetherRedis      = "tether-redis"
 	TetherGossip     = "tether-gossip"
 	TetherSoft       = "tether-soft" // soft affinity over the gossip store
@@ -26,14 +34,15 @@ const (
 )
 
 // AllPolicies lists every policy.
-var AllPolicies = []string{RoundRobin, LeastOutstanding, ConsistentHash, TetherMemory, TetherRedis, TetherGossip, TetherSoft, Oracle}
+var AllPolicies = []string{RoundRobin, LeastOutstanding, ConsistentHash, TetherMemory, TetherMemoryHash, TetherRedis, TetherGossip, TetherSoft, Oracle}
 
 // Labels name the policies in tables and charts.
 var Labels = map[string]string{
 	RoundRobin:       "round robin",
 	LeastOutstanding: "least outstanding",
 	ConsistentHash:   "consistent hash",
-	TetherMemory:     "tether memory (per replica)",
+	TetherMemory:     "per-replica memory (placed by load)",
+	TetherMemoryHash: "tether memory (per replica, hashed)",
 	TetherRedis:      "tether Redis",
 	TetherGossip:     "tether gossip",
 	TetherSoft:       "tether soft (gossip)",
@@ -82,6 +91,8 @@ func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error
 	side := procs.Sidecar{Backends: s.backends, LogLevel: "warn"}
 	switch policy {
 	case TetherMemory:
+		side.Pool = "    affinity: {placement: leastLoaded}"
+	case TetherMemoryHash:
 	case TetherRedis:
 		_, addr, err := env.Redis(policy + "-redis")
 		if err != nil {
