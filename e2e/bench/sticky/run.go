@@ -21,10 +21,11 @@ type Options struct {
 	Replicas []int  // R values
 	Backends []int  // B values
 	Policies []string
-	// Workload is the workload at the smallest B; at a larger B its
-	// conversations are scaled by B / the smallest B (see ForBackends).
-	Workload workload.Params
-	Model    Model
+	// Workload is the workload of every B, or with ScaleWithBackends that
+	// of the smallest B (see ForBackends).
+	Workload          workload.Params
+	ScaleWithBackends bool
+	Model             Model
 	// CacheSweep repeats SweepPolicies at the largest R and smallest B
 	// with each of these prefix-cache sizes (blocks per backend), to show
 	// how the cache's size relative to the workload decides the gaps.
@@ -66,15 +67,17 @@ func (r *Result) PrefillBusy(m Model) float64 {
 // HitRate is cached prompt tokens over prompt tokens.
 func (r *Result) HitRate() float64 { return float64(r.Cached) / float64(max(r.Prompt, 1)) }
 
-// ForBackends is the workload played against b backends: o.Workload
-// with its conversations scaled by b / the smallest B, so that every
-// backend is offered the same load whatever B is (a fleet is sized to its
-// traffic: twice the backends serve twice the conversations). The same
-// seed draws the same first conversations, so a larger B's workload
-// holds the smaller one's.
+// ForBackends is the workload played against b backends: o.Workload,
+// or with ScaleWithBackends its conversations scaled by b / the smallest
+// B, so that every backend is offered the same load whatever B is (a
+// fleet sized to its traffic: twice the backends serve twice the
+// conversations; it doubles the machine's work too, which a 2-core
+// machine running every policy at once cannot carry without its own
+// queueing swamping the simulated GPU's). The same seed draws the same
+// first conversations, so a larger B's workload holds the smaller one's.
 func (o Options) ForBackends(b int) workload.Params {
 	w := o.Workload
-	if len(o.Backends) > 0 {
+	if o.ScaleWithBackends && len(o.Backends) > 0 {
 		w.Conversations = w.Conversations * b / slices.Min(o.Backends)
 	}
 	return w
