@@ -73,7 +73,7 @@ type stack struct {
 func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error) {
 	s := &stack{policy: policy}
 	for i := range b {
-		_, addr, err := env.Modelsim(fmt.Sprintf("%s-b%d", policy, i), m.flags()...)
+		addr, err := startModelsim(env, fmt.Sprintf("%s-b%d", policy, i), m)
 		if err != nil {
 			return nil, err
 		}
@@ -118,6 +118,24 @@ func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error
 		s.urls = append(s.urls, "http://"+run.Addr)
 	}
 	return s, nil
+}
+
+// startModelsim starts one backend, on another free port when the first
+// was taken between the Env's probe and the process's bind (a shared
+// machine's other processes take ports too; a run starts hundreds).
+func startModelsim(env *procs.Env, name string, m Model) (string, error) {
+	var err error
+	for attempt := range 3 {
+		id := name
+		if attempt > 0 {
+			id = fmt.Sprintf("%s-retry%d", name, attempt)
+		}
+		var addr string
+		if _, addr, err = env.Modelsim(id, m.flags()...); err == nil {
+			return addr, nil
+		}
+	}
+	return "", err
 }
 
 func (s *stack) close() {
