@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -53,15 +55,33 @@ func RunChurn(env *procs.Env, o ChurnOptions) (Churn, error) {
 		return Churn{}, err
 	}
 	res := Churn{Name: o.Name, Sessions: o.Sessions, Rate: o.Rate, MaxEntries: o.MaxEntries, Replicas: o.Replicas}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, Timeout: 30 * time.Second}
+	// As a router should: idle keep-alive connections are closed before
+	// the sidecar closes them (120 s), so a request is not written into a
+	// connection the sidecar is closing that moment.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, IdleConnTimeout: 90 * time.Second},
+		Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	next := 0
+	var replayed atomic.Int64
 	do := func(ctx context.Context, i int) error {
 		n := next + i
 		r := c.Replicas[n%len(c.Replicas)]
 		body := fmt.Sprintf(`{"model":"modelsim","max_tokens":1,"messages":[{"role":"user","content":"churn session %d"}]}`, n)
+		// The turn of a new session: sending it again is harmless, so it
+		// is marked idempotent (Idempotency-Key, not sent: nil), and Go's
+		// transport sends it again, as it does a GET, when a reused
+		// connection closed before any response byte (the keep-alive race
+		// every HTTP/1.1 client meets). Counted: a second connection for
+		// one request.
+		conns := 0
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+			if conns++; conns == 2 {
+				replayed.Add(1)
+			}
+		}})
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.URL("/v1/chat/completions"), strings.NewReader(body))
 		req.Header.Set("X-Session-ID", fmt.Sprint("churn-", n))
+		req.Header["Idempotency-Key"] = nil
 		resp, err := client.Do(req)
 		if err != nil {
 			return err
@@ -107,7 +127,7 @@ func RunChurn(env *procs.Env, o ChurnOptions) (Churn, error) {
 		}
 		res.Samples = append(res.Samples, s)
 	}
-	res.Sessions, res.Elapsed = next, time.Since(start)
+	res.Sessions, res.Elapsed, res.Replayed = next, time.Since(start), int(replayed.Load())
 	for _, r := range c.Replicas {
 		if err := r.Process().Exited(); err != nil {
 			return res, err

@@ -367,6 +367,8 @@ type AccessLine struct {
 	Outcome     string    `json:"outcome"`
 	Retried     bool      `json:"retried"`
 	RetryReason string    `json:"retry_reason"`
+	FailedPod   string    `json:"failed_pod"`
+	Error       string    `json:"error"`
 	StoreError  bool      `json:"store_error"`
 	DurationMS  float64   `json:"duration_ms"`
 	Backend     string    `json:"backend"` // "backend ejected" lines

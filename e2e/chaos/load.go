@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -35,6 +36,10 @@ type Record struct {
 	Status    int
 	Backend   string // X-Modelsim-Id of the answer
 	Err       string // why it failed; "" when it succeeded
+	// PromptTokens and CachedTokens are the backend's usage report (the
+	// stream's final usage chunk): the prompt's tokens, and those of them
+	// its prefix cache held. Zero without a report.
+	PromptTokens, CachedTokens int
 }
 
 // Failed reports whether the turn failed: no answer, a status other than
@@ -132,7 +137,8 @@ func (l *Load) Turn(ctx context.Context, r *Replica, key string, turn, maxTokens
 	defer func() { rec.End = time.Now() }() // rec is the result: End is set as it returns
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	body := fmt.Sprintf(`{"model":"modelsim","stream":true,"max_tokens":%d,"messages":%s}`, maxTokens, Conversation(key, turn))
+	body := fmt.Sprintf(`{"model":"modelsim","stream":true,"stream_options":{"include_usage":true},"max_tokens":%d,"messages":%s}`,
+		maxTokens, Conversation(key, turn))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.URL("/v1/chat/completions"), strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Session-ID", key)
@@ -155,8 +161,22 @@ func (l *Load) Turn(ctx context.Context, r *Replica, key string, turn, maxTokens
 	done := false
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if sc.Text() == "data: [DONE]" {
+		line := sc.Text()
+		switch {
+		case line == "data: [DONE]":
 			done = true
+		case strings.HasPrefix(line, "data: {") && strings.Contains(line, `"prompt_tokens_details"`):
+			var chunk struct {
+				Usage struct {
+					PromptTokens int `json:"prompt_tokens"`
+					Details      struct {
+						CachedTokens int `json:"cached_tokens"`
+					} `json:"prompt_tokens_details"`
+				} `json:"usage"`
+			}
+			if json.Unmarshal([]byte(line[len("data: "):]), &chunk) == nil {
+				rec.PromptTokens, rec.CachedTokens = chunk.Usage.PromptTokens, chunk.Usage.Details.CachedTokens
+			}
 		}
 	}
 	switch {

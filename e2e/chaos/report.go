@@ -26,6 +26,8 @@ type Figures struct {
 	Recover    time.Duration
 	RecoverWhy string // what recovered means for this fault
 	Notes      []string
+	// Summary, when set, is a line under the README's fault table.
+	Summary string
 }
 
 // Churn is a load run's measurements.
@@ -37,7 +39,10 @@ type Churn struct {
 	Replicas   int
 	Failed     int
 	FirstErr   string // the first failure's error
-	Elapsed    time.Duration
+	// Replayed is how many requests the client's transport sent again
+	// after a reused connection closed before any response byte.
+	Replayed int
+	Elapsed  time.Duration
 	// Samples of the first replica's /metrics after a warm-up and after each part of the run.
 	Samples []Sample
 }
@@ -138,6 +143,11 @@ func (r *Report) Summary() string {
 	if len(r.faults) > 0 {
 		b.WriteString(r.faultTable())
 	}
+	for _, f := range r.faults {
+		if f.Summary != "" {
+			fmt.Fprintf(&b, "\n%s: %s\n", f.Fault, f.Summary)
+		}
+	}
 	for _, c := range r.churns {
 		if len(c.Samples) < 2 {
 			continue
@@ -158,6 +168,7 @@ func (c Churn) markdown() string {
 	if c.FirstErr != "" {
 		fmt.Fprintf(&b, "The first failure: %s.\n\n", c.FirstErr)
 	}
+	fmt.Fprintf(&b, "%d requests were sent again by the client's transport after a reused keep-alive connection closed before any response byte (they are marked idempotent).\n\n", c.Replayed)
 	b.WriteString("Goroutines and open file descriptors are sampled at rest, after each part's last response, with idle connections closed.\n\n")
 	b.WriteString("| sessions so far | goroutines | open fds | heap in use | RSS | bindings held | p50 | p99 |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -257,4 +268,37 @@ func MovedSessions(records []Record, from, to time.Time) []string {
 		last[r.Session] = r.Backend
 	}
 	return slices.Sorted(maps.Keys(moved))
+}
+
+// Affinity is how well the sessions' later turns (every turn but a
+// session's first) started in [from, to) kept their cache: how many of
+// them succeeded, how many of those went to the backend of the session's
+// previous successful turn, and the share of their prompt tokens the
+// backends reported cached (usage.prompt_tokens_details.cached_tokens;
+// -1 without reports).
+func Affinity(records []Record, from, to time.Time) (later, stayed int, hit float64) {
+	sorted := slices.Clone(records)
+	slices.SortFunc(sorted, func(a, b Record) int { return a.Start.Compare(b.Start) })
+	last := map[string]string{}
+	var prompt, cached int
+	for _, r := range sorted {
+		if r.Failed() {
+			continue
+		}
+		prev, seen := last[r.Session]
+		last[r.Session] = r.Backend
+		if r.Turn < 2 || r.Start.Before(from) || !r.Start.Before(to) {
+			continue
+		}
+		later++
+		if seen && prev == r.Backend {
+			stayed++
+		}
+		prompt += r.PromptTokens
+		cached += r.CachedTokens
+	}
+	if prompt == 0 {
+		return later, stayed, -1
+	}
+	return later, stayed, float64(cached) / float64(prompt)
 }

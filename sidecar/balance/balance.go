@@ -23,6 +23,10 @@ type Balancer struct {
 	intN     func(n int) int
 	hash     bool    // Place chooses by session key (WithHashPlacement)
 	epsilon  float64 // how far above the mean load a hashed choice may be
+
+	// unanswered counts, per backend, the outstanding requests that have
+	// no response headers yet (Sent, Answered).
+	unanswered map[string]int64
 }
 
 // Option configures a Balancer.
@@ -38,7 +42,7 @@ func WithRand(intN func(n int) int) Option { return func(b *Balancer) { b.intN =
 
 // New returns a Balancer.
 func New(opts ...Option) *Balancer {
-	b := &Balancer{inflight: make(map[string]int64), intN: rand.IntN}
+	b := &Balancer{inflight: make(map[string]int64), unanswered: make(map[string]int64), intN: rand.IntN}
 	for _, o := range opts {
 		o(b)
 	}
@@ -68,6 +72,33 @@ func (b *Balancer) Outstanding(id string) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.inflight[id]
+}
+
+// Sent counts a request sent to backend id as unanswered until Answered
+// is called for it (its response headers arrived, or the attempt ended
+// without them): the caller calls Answered once for every Sent.
+func (b *Balancer) Sent(id string) {
+	b.mu.Lock()
+	b.unanswered[id]++
+	b.mu.Unlock()
+}
+
+// Answered ends the count of one request Sent to id.
+func (b *Balancer) Answered(id string) {
+	b.mu.Lock()
+	if b.unanswered[id]--; b.unanswered[id] <= 0 {
+		delete(b.unanswered, id)
+	}
+	b.mu.Unlock()
+}
+
+// Unanswered is the number of this replica's requests to id that have no
+// response headers yet. A backend that never answers keeps them; a retry
+// prefers a backend without any (resolve.Retry).
+func (b *Balancer) Unanswered(id string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unanswered[id]
 }
 
 // Load is the score Pick minimises: own outstanding requests plus extra load.

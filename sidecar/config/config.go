@@ -159,6 +159,12 @@ type Proxy struct {
 	// 504 and the backend a failure for outlier detection. A pool's
 	// proxy block may set its own.
 	FirstByteTimeout Duration `json:"firstByteTimeout,omitempty"`
+	// RetryOnTimeout, true when unset, retries a request whose backend
+	// sent no response headers within firstByteTimeout once on another
+	// backend (the session is rebound there), as Envoy's per_try_timeout
+	// and HAProxy's retry-on response-timeout do; false answers 504 at
+	// once. A pool's proxy block may set its own.
+	RetryOnTimeout *bool `json:"retryOnTimeout,omitempty"`
 	// OutlierDetection ejects backends that fail; a pool's proxy block
 	// may set its own.
 	OutlierDetection OutlierDetection `json:"outlierDetection,omitempty"`

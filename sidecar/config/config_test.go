@@ -499,6 +499,17 @@ func TestFailureHandlingDefaults(t *testing.T) {
 	if c.Proxy.OutlierDetection.MaxEjectionPercent != 20 {
 		t.Error("a pool's override changed the top-level block")
 	}
+	if !a.RetriesOnTimeout() || !b.RetriesOnTimeout() {
+		t.Error("retryOnTimeout unset: a first-byte timeout is not retried, want retried (the default)")
+	}
+	off, err := Parse([]byte(doc("proxy: {retryOnTimeout: false}",
+		pool("name: a", "models: [a]", "proxy: {retryOnTimeout: true}"), pool("name: b", "models: [b]"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := off.ProxyFor(&off.Pools[0]).RetriesOnTimeout(), off.ProxyFor(&off.Pools[1]).RetriesOnTimeout(); !a || b {
+		t.Errorf("retryOnTimeout false, pool a's true: a retries %v, b retries %v; want true, false", a, b)
+	}
 	want := HealthCheck{Path: DefaultHealthCheckPath, Interval: Duration{500 * time.Millisecond}, Timeout: Duration{500 * time.Millisecond},
 		UnhealthyThreshold: DefaultUnhealthyThreshold, HealthyThreshold: DefaultHealthyThreshold}
 	if h := c.Pools[1].Backends.HealthCheck; h == nil || *h != want {

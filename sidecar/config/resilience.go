@@ -26,17 +26,25 @@ func (o OutlierDetection) On() bool { return o.Enabled == nil || *o.Enabled }
 // per pool; a zero field takes the top-level proxy block's value.
 type PoolProxy struct {
 	FirstByteTimeout Duration          `json:"firstByteTimeout,omitzero"`
+	RetryOnTimeout   *bool             `json:"retryOnTimeout,omitempty"`
 	OutlierDetection *OutlierDetection `json:"outlierDetection,omitempty"`
 }
+
+// RetriesOnTimeout reports whether an attempt that timed out before its
+// response headers is retried elsewhere (retryOnTimeout: true when unset).
+func (p PoolProxy) RetriesOnTimeout() bool { return p.RetryOnTimeout == nil || *p.RetryOnTimeout }
 
 // ProxyFor is pool p's effective per-pool proxy settings: its own proxy
 // block over the top-level one (after SetDefaults, every field is set).
 func (c *Config) ProxyFor(p *Pool) PoolProxy {
-	out := PoolProxy{FirstByteTimeout: c.Proxy.FirstByteTimeout}
+	out := PoolProxy{FirstByteTimeout: c.Proxy.FirstByteTimeout, RetryOnTimeout: c.Proxy.RetryOnTimeout}
 	od := c.Proxy.OutlierDetection
 	if pp := p.Proxy; pp != nil {
 		if pp.FirstByteTimeout.Duration != 0 {
 			out.FirstByteTimeout = pp.FirstByteTimeout
+		}
+		if pp.RetryOnTimeout != nil {
+			out.RetryOnTimeout = pp.RetryOnTimeout
 		}
 		if o := pp.OutlierDetection; o != nil {
 			if o.Enabled != nil {

@@ -164,6 +164,18 @@ func (d *Detector) Ejected(id string) bool {
 	return ok && d.now().Before(until)
 }
 
+// Failing reports whether backend id failed since its last success and
+// was not ejected for it (yet): a retry should go elsewhere if it can.
+func (d *Detector) Failing(id string) bool {
+	if d == nil || d.streaks.Load() == 0 {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.hosts[id]
+	return h != nil && h.streak > 0
+}
+
 // Success records a request that backend id answered (below 500) and
 // ended its failure streak.
 func (d *Detector) Success(id string) {

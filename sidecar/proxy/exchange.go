@@ -72,14 +72,33 @@ type exchange struct {
 	usage usage.Scanner
 	done  bool // the reverse proxy relayed the response to its end
 
-	// The first attempt, when it was retried.
-	retry     resolve.Reason
-	failedPod string
+	// unanswered: the current attempt is counted in the balancer's
+	// Unanswered (sent, no response headers yet).
+	unanswered bool
+
+	// The attempts that failed before any response byte and were
+	// retried, in order.
+	retried  [maxRetries]failedAttempt
+	nRetried int
 	// noRetry says why a retryable failure was not retried (no other backend).
 	noRetry error
 
 	trace httptrace.ClientTrace
 	attrs [24]slog.Attr // the access-log line's, without an allocation
+}
+
+// maxRetries bounds the retries of one request. Each goes to a backend
+// the request has not failed on, and at most one follows a first-byte
+// timeout (the client waits at most two of them). One retry is the rule;
+// the second is for the retry that met another faulty backend, which
+// this replica could not know of yet (it sent it nothing since it broke):
+// two backends failing at once cost no request.
+const maxRetries = 2
+
+// failedAttempt is an attempt that was retried: why, and on which backend.
+type failedAttempt struct {
+	reason resolve.Reason
+	pod    string
 }
 
 type exchangeKey struct{}
@@ -114,9 +133,11 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 
 // forward proxies the request to d's backend. An attempt that failed
 // before any response byte (a refused connection, a connection closed or
-// reset before the answer began) is retried once, on another backend,
-// unless the resolver pins the request to the first (resolve.ErrPinned). Every attempt's
-// result goes to the pool's outlier detection.
+// reset before the answer began, no response headers within the
+// first-byte timeout) is retried on another backend (at most maxRetries
+// times), unless the resolver pins the request to the first
+// (resolve.ErrPinned). Every attempt's result goes to the pool's outlier
+// detection.
 func (x *exchange) forward(d *resolve.Decision, body []byte) {
 	p := x.pool
 	x.reqBytes = body
@@ -131,6 +152,7 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 		x.reqBody.Reset(body)
 		out.Body, out.ContentLength, out.GetBody = &x.reqBody, int64(len(body)), x.rewind
 		p.rp.ServeHTTP(x, out)
+		x.answeredOrNot()
 		if x.upErr == nil {
 			x.done = true // (a stream cut short panics out of ServeHTTP instead)
 			return
@@ -139,7 +161,7 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 		if kind != "" {
 			p.Outliers.Failure(x.d.Backend.ID, kind)
 		}
-		if reason == "" {
+		if reason == "" || !x.mayRetry(reason) {
 			break
 		}
 		nd, err := p.Resolver.Retry(x.in.Context(), x.d, reason)
@@ -152,10 +174,37 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 			break
 		}
 		p.m.retries[reason]().Inc()
-		x.retry, x.failedPod = reason, x.d.Backend.Name
+		x.retried[x.nRetried] = failedAttempt{reason, x.d.Backend.Name}
+		x.nRetried++
 		d = nd
 	}
 	x.answerFailure()
+}
+
+// mayRetry reports whether the retry budget allows another retry for
+// reason: fewer than maxRetries so far, and one after a timeout at most.
+func (x *exchange) mayRetry(reason resolve.Reason) bool {
+	if x.nRetried == maxRetries {
+		return false
+	}
+	for _, a := range x.retried[:x.nRetried] {
+		if a.reason == resolve.ReasonTimeout && reason == resolve.ReasonTimeout {
+			return false
+		}
+	}
+	return true
+}
+
+// retryAttrs are the access log's retry_reason and failed_pod: the
+// retried attempts' reasons and backends, in order, comma-separated.
+func (x *exchange) retryAttrs() (reasons, pods string) {
+	for i, a := range x.retried[:x.nRetried] {
+		if i > 0 {
+			reasons, pods = reasons+",", pods+","
+		}
+		reasons, pods = reasons+string(a.reason), pods+a.pod
+	}
+	return reasons, pods
 }
 
 // begin starts an attempt on d.
@@ -165,8 +214,19 @@ func (x *exchange) begin(d *resolve.Decision) {
 	}
 	x.d = d
 	x.release = x.pool.Balancer.Acquire(d.Backend.ID)
+	x.pool.Balancer.Sent(d.Backend.ID)
+	x.unanswered = true
 	x.conn, x.reused, x.upErr, x.status, x.header = false, false, nil, 0, 0
 	x.sent = x.h.o.Now()
+}
+
+// answeredOrNot ends the current attempt's count of unanswered requests:
+// its response headers arrived, or it ended without them.
+func (x *exchange) answeredOrNot() {
+	if x.unanswered {
+		x.unanswered = false
+		x.pool.Balancer.Answered(x.d.Backend.ID)
+	}
 }
 
 // rewind is the outbound request's GetBody: the transport replays the
@@ -222,17 +282,23 @@ func (x *exchange) reported() (usage.Usage, bool) {
 // failed classifies the current attempt's failure: the kind outlier
 // detection counts ("" for none: the client went away, or the request
 // never reached the network) and the reason to retry it ("" for none).
-// Only failures before any response byte are retried, and only once: a
-// refused connection (nothing reached the backend), or a connection
-// closed or reset before the answer began (HAProxy's retry-on
-// conn-failure empty-response, Envoy's reset): a reused keep-alive one
-// (the backend went away, or closed the idle connection as the request
-// was sent) or a fresh one (a crashing worker). Nothing reached the
-// client and a completion has no side effect beyond compute; should the
-// request itself be what breaks backends, the one retry bounds the harm
-// to a second backend, and outlier detection ejects a backend that keeps
-// doing it. A first-byte timeout is not retried: the backend may still
-// be computing the answer, and a second wait would double the client's.
+// Only failures before any response byte are retried (within the budget
+// of maxRetries, each on a backend not tried yet): a refused connection
+// (nothing reached the backend), or a connection closed or reset before
+// the answer began (HAProxy's retry-on conn-failure empty-response,
+// Envoy's reset): a reused keep-alive one (the backend went away, or
+// closed the idle connection as the request was sent) or a fresh one (a
+// crashing worker). Nothing reached the client and a completion has no
+// side effect beyond compute; should the request itself be what breaks
+// backends, the budget bounds the harm, and outlier detection ejects a
+// backend that keeps doing it. An attempt that got no response headers
+// within its first-byte timeout is retried too, unless the pool says
+// otherwise (Pool.RetryOnTimeout): Envoy's per-try timeout, HAProxy's
+// retry-on response-timeout. The backend may still be computing, but a
+// backend that is still silent after the timeout (generous for a prefill
+// behind a queue) is more likely stuck than slow, and another one answers
+// sooner than the client's patience ends; the client waits at most twice
+// the timeout.
 func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
 	var kind outlier.Kind
 	var reason resolve.Reason
@@ -243,6 +309,9 @@ func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
 		kind, reason = outlier.ConnectFailed, resolve.ReasonConnectFailed
 	case isTimeout(err):
 		kind = outlier.Timeout
+		if x.pool.RetryOnTimeout && errors.As(err, new(headerTimeoutError)) {
+			reason = resolve.ReasonTimeout
+		}
 	case x.reused:
 		kind, reason = outlier.EmptyResponse, resolve.ReasonEmptyResponse
 	case x.conn:
@@ -250,7 +319,7 @@ func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
 	default:
 		return "", ""
 	}
-	if x.retry != "" || x.wrote {
+	if x.wrote {
 		reason = ""
 	}
 	return kind, reason
@@ -346,9 +415,10 @@ func (x *exchange) finish() {
 		if d.Prefill.ID != "" {
 			attrs = append(attrs, slog.String("prefill_pod", d.Prefill.Name))
 		}
-		if x.retry != "" {
-			attrs = append(attrs, slog.Bool("retried", true), slog.String("retry_reason", string(x.retry)),
-				slog.String("failed_pod", x.failedPod))
+		if x.nRetried > 0 {
+			reasons, pods := x.retryAttrs()
+			attrs = append(attrs, slog.Bool("retried", true), slog.String("retry_reason", reasons),
+				slog.String("failed_pod", pods))
 		}
 		if x.pinned {
 			attrs = append(attrs, slog.Bool("pinned", true))

@@ -1,8 +1,8 @@
 // Package proxy forwards a request to the backend the resolver chose:
 // httputil.ReverseProxy with Rewrite, streaming flushed as it arrives,
 // client cancellation propagated. ServeHTTP owns each request's state (an
-// exchange) and drives at most two attempts itself: one that failed
-// before any response byte may be retried once on another backend. The
+// exchange) and drives its attempts itself: one that failed before any
+// response byte may be retried on another backend (maxRetries). The
 // results feed the pool's outlier detection, the session tokens the
 // decision carries are written into the response, and each request,
 // however it ends, is logged and counted once, by one deferred finish.
@@ -47,6 +47,11 @@ type Pool struct {
 	// after the request was sent, unless the decision has its own Timeout
 	// (a ModelServer's trafficPolicy.timeout); 0: no limit.
 	FirstByteTimeout time.Duration
+	// RetryOnTimeout retries on another backend an attempt that got no
+	// response headers within its first-byte timeout (Envoy's
+	// per_try_timeout, HAProxy's retry-on response-timeout), once per
+	// request at most.
+	RetryOnTimeout bool
 	// PrefillHeader, in PD pools, carries the prefill pod's host:port to
 	// the decode pod.
 	PrefillHeader string
@@ -85,7 +90,7 @@ func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
 		retries:  map[resolve.Reason]func() prometheus.Counter{},
 		usage:    m.Usage.Pool(pool),
 	}
-	for _, r := range []resolve.Reason{resolve.ReasonConnectFailed, resolve.ReasonEmptyResponse} {
+	for _, r := range []resolve.Reason{resolve.ReasonConnectFailed, resolve.ReasonEmptyResponse, resolve.ReasonTimeout} {
 		pm.retries[r] = metrics.Child(m.Retries.WithLabelValues, pool, string(r))
 	}
 	return pm
@@ -145,7 +150,7 @@ func New(o Options) *Handler {
 }
 
 // reverseProxy returns the ReverseProxy of a pool: one round trip per
-// call, which ServeHTTP makes at most twice.
+// call, which ServeHTTP makes once per attempt.
 func (h *Handler) reverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
@@ -363,6 +368,7 @@ func sameHeaderName(a, b string) bool {
 // cookie beside the backend's own cookies.
 func (h *Handler) modifyResponse(resp *http.Response) error {
 	x := exchangeOf(resp.Request)
+	x.answeredOrNot()
 	x.answered(resp)
 	for _, t := range x.d.Tokens {
 		resp.Header.Set(t.Name, t.Value)

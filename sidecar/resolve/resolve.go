@@ -12,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +66,7 @@ const (
 	ReasonEjected       Reason = "ejected"        // outlier detection ejected the bound backend
 	ReasonConnectFailed Reason = "connect_failed" // the bound backend refused a connection (retried)
 	ReasonEmptyResponse Reason = "empty_response" // a connection closed or reset before any response byte (retried)
+	ReasonTimeout       Reason = "timeout"        // no response headers within the first-byte timeout (retried)
 	ReasonOverload      Reason = "overload"       // soft affinity: the pinned backend's queue
 	ReasonCacheEvicted  Reason = "cache_evicted"  // soft affinity: the pin's last turn found its cache gone
 )
@@ -104,6 +106,9 @@ type Decision struct {
 	// bodyBytes is the request body's size: the prompt's, for the cost
 	// policy's estimates and to learn bytes per token.
 	bodyBytes int
+	// tried are the backends this request failed on before (Retry): a
+	// retry goes to none of them.
+	tried []string
 }
 
 // Header is one response header.
@@ -235,7 +240,7 @@ func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
 	for _, o := range []Outcome{Hit, Miss, Rebind, Broken} {
 		pm.sessions[o] = metrics.Child(m.Sessions.WithLabelValues, pool, string(o))
 	}
-	for _, r := range []Reason{ReasonUnselectable, ReasonEjected, ReasonConnectFailed, ReasonEmptyResponse, ReasonOverload, ReasonCacheEvicted} {
+	for _, r := range []Reason{ReasonUnselectable, ReasonEjected, ReasonConnectFailed, ReasonEmptyResponse, ReasonTimeout, ReasonOverload, ReasonCacheEvicted} {
 		pm.rebinds[r] = metrics.Child(m.Rebinds.WithLabelValues, pool, string(r))
 	}
 	for _, r := range []Reason{ReasonOverload, ReasonCacheEvicted} {
@@ -361,12 +366,26 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision, reason Reason) (*Deci
 	set := r.o.Backends.Current()
 	// The connection went to d.Backend (the decode half of a PD pair):
 	// that is the backend known to have failed, ejected or not.
-	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, avoid: d.Backend.ID,
+	tried := append(slices.Clip(d.tried), d.Backend.ID)
+	if !r.untried(set, tried) {
+		return nil, ErrNoBackend
+	}
+	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, avoid: d.Backend.ID, tried: tried,
 		learn: d.learn, pol: d.pol, Timeout: d.Timeout, bodyBytes: d.bodyBytes}
 	if !d.sticky {
 		return r.withTokens(r.unsticky(set, nd))
 	}
 	return r.withTokens(r.rebind(ctx, set, nd, d.binding, reason))
+}
+
+// untried reports whether a live backend is not among tried.
+func (r *Resolver) untried(set *discovery.Set, tried []string) bool {
+	for _, b := range set.Backends {
+		if !slices.Contains(tried, b.ID) && !r.o.Outliers.Ejected(b.ID) {
+			return true
+		}
+	}
+	return false
 }
 
 // withTokens makes a decision carry the session tokens of its placement:
@@ -522,8 +541,23 @@ func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backe
 	if d.avoid != "" {
 		avoid := d.avoid
 		d.avoid = ""
-		if be, pf, ok = r.pickIf(set, d.pol.PD, "", func(b discovery.Backend) bool { return b.ID != avoid }); ok {
-			return be, pf, ok
+		// Preferably a backend with no sign of trouble: not failing now (a
+		// failure since its last success, not ejected yet) and holding
+		// none of this replica's requests before their response headers
+		// (a backend that stopped answering keeps them): a retry sent to
+		// the other of two faulty backends would fail too.
+		for _, ok := range []func(discovery.Backend) bool{
+			func(b discovery.Backend) bool {
+				return !r.o.Outliers.Failing(b.ID) && r.o.Balancer.Unanswered(b.ID) == 0
+			},
+			func(b discovery.Backend) bool { return !r.o.Outliers.Failing(b.ID) },
+			func(discovery.Backend) bool { return true },
+		} {
+			if be, pf, found := r.pickIf(set, d.pol.PD, "", func(b discovery.Backend) bool {
+				return b.ID != avoid && !slices.Contains(d.tried, b.ID) && ok(b)
+			}); found {
+				return be, pf, true
+			}
 		}
 	}
 	return r.pickIf(set, d.pol.PD, d.storeKey, func(discovery.Backend) bool { return true })

@@ -381,3 +381,41 @@ func BenchmarkResolveHit(b *testing.B) {
 		}
 	}
 }
+
+// TestRetryChoosesAHealthyUntriedBackend: a retry goes to none of the
+// backends the request failed on, preferably to one that is not failing
+// (a failure since its last success, not ejected yet) and holds none of
+// this replica's requests before their response headers (a backend that
+// stopped answering keeps them); with no untried backend left it is
+// refused.
+func TestRetryChoosesAHealthyUntriedBackend(t *testing.T) {
+	bal := balance.New()
+	f := newFixtureWith(t, nil, newSource(be("a"), be("b"), be("c"), be("d")), false, bal)
+	d := f.resolve(t, "s1")
+	var others []string
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if id != d.Backend.ID {
+			others = append(others, id)
+		}
+	}
+	failing, silent, healthy := others[0], others[1], others[2]
+	f.r.o.Outliers.Failure(failing, outlier.Reset) // one failure: not ejected
+	bal.Sent(silent)                               // a request of ours without an answer yet
+	for _, want := range []string{healthy, silent, failing} {
+		from := d.Backend.ID
+		var err error
+		if d, err = f.r.Retry(context.Background(), d, ReasonEmptyResponse); err != nil || d.Backend.ID != want {
+			t.Fatalf("retry from %s: %+v %v, want %s (%s failing, %s with an unanswered request, %s healthy)",
+				from, d, err, want, failing, silent, healthy)
+		}
+	}
+	if _, err := f.r.Retry(context.Background(), d, ReasonTimeout); !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("retry after every backend was tried: %v, want ErrNoBackend", err)
+	}
+	if got := f.resolve(t, "s1"); got.Outcome != Hit || got.Backend.ID != failing {
+		t.Fatalf("next turn = %+v, want a hit on the last retry's %s", got, failing)
+	}
+	if got, _ := testkit.FindMetric(f.reg, "tether_session_rebinds_total", "reason", "empty_response"); got != 3 {
+		t.Errorf("rebinds{reason=empty_response} = %v, want 3", got)
+	}
+}

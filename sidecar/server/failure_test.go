@@ -148,9 +148,10 @@ func TestRetryOnReusedConnectionClosed(t *testing.T) {
 
 // TestFailingBackendIsEjected: a backend that fails every request in one
 // of the ways backends fail fails at most consecutiveFailures requests
-// (one that drops them before any response byte fails none: each is
-// retried elsewhere); then it is ejected, and every later turn of every
-// session, the ones that were bound to it included, succeeds elsewhere.
+// (one that drops them before any response byte, or never answers, fails
+// none: each is retried elsewhere, unless retryOnTimeout is off); then it
+// is ejected, and every later turn of every session, the ones that were
+// bound to it included, succeeds elsewhere.
 func TestFailingBackendIsEjected(t *testing.T) {
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
@@ -161,17 +162,20 @@ func TestFailingBackendIsEjected(t *testing.T) {
 		outcome string
 		kind    string
 		// retried: the failure came before any response byte, so the
-		// client got the answer of another backend (status 200).
-		retried bool
+		// client got the answer of another backend (status 200); the
+		// retry's reason.
+		retried string
+		// proxy: more of the proxy block.
+		proxy string
 	}{
 		{"drops every request", func(t *testing.T) string { return rawBackend(t, func(int) bool { return false }) },
-			http.StatusOK, "completed", "reset", true},
+			http.StatusOK, "completed", "reset", "empty_response", ""},
 		{"answers 503", func(t *testing.T) string {
 			return serve(t, func(w http.ResponseWriter, r *http.Request) {
 				io.Copy(io.Discard, r.Body)
 				http.Error(w, "overloaded", http.StatusServiceUnavailable)
 			})
-		}, http.StatusServiceUnavailable, "completed", "5xx", false},
+		}, http.StatusServiceUnavailable, "completed", "5xx", "", ""},
 		{"never answers", func(t *testing.T) string {
 			return serve(t, func(w http.ResponseWriter, r *http.Request) {
 				io.Copy(io.Discard, r.Body)
@@ -180,14 +184,23 @@ func TestFailingBackendIsEjected(t *testing.T) {
 				case <-r.Context().Done():
 				}
 			})
-		}, http.StatusGatewayTimeout, "timeout", "timeout", false},
+		}, http.StatusOK, "completed", "timeout", "timeout", ""},
+		{"never answers, retryOnTimeout off", func(t *testing.T) string {
+			return serve(t, func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				select {
+				case <-hang:
+				case <-r.Context().Done():
+				}
+			})
+		}, http.StatusGatewayTimeout, "timeout", "timeout", "", ", retryOnTimeout: false"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := tc.backend(t)
 			bs := startBackends(t, 2)
 			sc := startSidecar(t, configFor("default/m", []string{bad, bs[0].addr(), bs[1].addr()}, `[{type: Header, name: X-Session-ID}]`,
-				"proxy: {firstByteTimeout: 300ms, outlierDetection: {consecutiveFailures: 3}}"))
+				"proxy: {firstByteTimeout: 300ms, outlierDetection: {consecutiveFailures: 3}"+tc.proxy+"}"))
 			url := sc.url("default/m", "/v1/chat/completions")
 			failed := map[string]bool{}
 			for i := 0; len(failed) < 3; i++ {
@@ -198,12 +211,12 @@ func TestFailingBackendIsEjected(t *testing.T) {
 				r := chat(t, url, conversation(1), func(r *http.Request) { r.Header.Set("X-Session-ID", k) })
 				logs := sc.accessLogs(t)
 				switch last := logs[len(logs)-1]; {
-				case tc.retried && r.status == 200 && last.FailedPod == bad:
-					if last.SelectedPod == bad || last.RetryReason != "empty_response" || last.Outcome != "completed" {
+				case tc.retried != "" && r.status == 200 && last.FailedPod == bad:
+					if last.SelectedPod == bad || last.RetryReason != tc.retried || last.Outcome != "completed" {
 						t.Fatalf("session %s: retried turn logged as %+v", k, last)
 					}
 					failed[k] = true
-				case !tc.retried && r.status == tc.status:
+				case tc.retried == "" && r.status == tc.status:
 					failed[k] = true
 				case r.status == 200:
 				default:
@@ -234,8 +247,8 @@ func TestFailingBackendIsEjected(t *testing.T) {
 			// The failed sessions rebound: at the retry, or on their next
 			// turn because their backend was ejected.
 			reason := "ejected"
-			if tc.retried {
-				reason = "empty_response"
+			if tc.retried != "" {
+				reason = tc.retried
 				if got := sc.metric(t, "tether_upstream_retries_total", "reason", reason); got != 3 {
 					t.Errorf("retries{reason=%s} = %v, want 3", reason, got)
 				}
@@ -249,7 +262,7 @@ func TestFailingBackendIsEjected(t *testing.T) {
 			if got := sc.metric(t, "tether_backend_failures_total", "kind", tc.kind); got != 3 {
 				t.Errorf("failures{kind=%s} = %v, want 3", tc.kind, got)
 			}
-			if tc.retried {
+			if tc.retried != "" {
 				n := 0
 				for _, a := range sc.accessLogs(t) {
 					if a.SelectedPod == bad || a.Status != 200 {

@@ -260,10 +260,16 @@ pools:
 		t.Fatalf("a model nobody serves: %d %s", code, body)
 	}
 
-	// trafficPolicy.timeout bounds the wait for headers, not the body.
+	// trafficPolicy.timeout bounds the wait for headers, not the body. It
+	// is each attempt's: the timed-out attempt is retried on the other
+	// pod (the session moves there), which times out too.
 	if code, _, body := send("m1", "s1", "X-Slow"); code != http.StatusGatewayTimeout || !strings.Contains(body, "timed out") {
 		t.Fatalf("headers later than the timeout: %d %s", code, body)
 	}
+	if got := sc.metric(t, "tether_upstream_retries_total", "reason", "timeout"); got != 1 {
+		t.Fatalf("tether_upstream_retries_total{reason=timeout} = %v after both pods timed out, want 1", got)
+	}
+	home = map[string]string{"ds-0": "ds-1", "ds-1": "ds-0"}[home]
 	if code, got, body := send("m1", "s1", "X-Slow-Body"); code != 200 || got != home || !strings.Contains(body, "choices") {
 		t.Fatalf("a body longer than the timeout: %d from %q: %s", code, got, body)
 	}

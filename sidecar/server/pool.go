@@ -136,6 +136,7 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 		// A ModelServer's trafficPolicy.timeout, when it sets one, is the
 		// decision's Timeout and overrides this per request.
 		FirstByteTimeout: tuning.FirstByteTimeout.Duration,
+		RetryOnTimeout:   tuning.RetriesOnTimeout(),
 		PrefillHeader:    pc.Backends.PrefillHeader,
 		StripHeaders:     pc.RoutingHeaders(),
 	}

@@ -42,10 +42,11 @@ type configGossip = config.GossipStore
 // wrapped, drops packets and refuses streams between groups while split,
 // and counts the bytes each node writes.
 type testNet struct {
-	mu    sync.RWMutex
-	group map[int]int // port → group
-	split bool
-	bytes sync.Map // port → *atomic.Int64
+	mu       sync.RWMutex
+	group    map[int]int // port → group
+	split    bool
+	isolated bool     // every node cut from every other
+	bytes    sync.Map // port → *atomic.Int64
 }
 
 func newTestNet() *testNet { return &testNet{group: map[int]int{}} }
@@ -61,16 +62,24 @@ func (n *testNet) partition(groups ...[]*Store) {
 	n.split = true
 }
 
+// isolate cuts every node from every other, nodes started later too,
+// until heal.
+func (n *testNet) isolate() {
+	n.mu.Lock()
+	n.isolated = true
+	n.mu.Unlock()
+}
+
 func (n *testNet) heal() {
 	n.mu.Lock()
-	n.split = false
+	n.split, n.isolated = false, false
 	n.mu.Unlock()
 }
 
 func (n *testNet) blocked(from int, to string) bool {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	return n.split && n.group[from] != n.group[portOf(to)]
+	return n.isolated || n.split && n.group[from] != n.group[portOf(to)]
 }
 
 func (n *testNet) counter(port int) *atomic.Int64 {
@@ -145,6 +154,10 @@ func fastMemberlist(c *memberlist.Config) {
 }
 
 type nodeOpt func(*config.GossipStore, *Options)
+
+func withGrace(d time.Duration) nodeOpt {
+	return func(_ *config.GossipStore, o *Options) { o.StartupGrace = d }
+}
 
 func withKey(path string) nodeOpt {
 	return func(c *config.GossipStore, _ *Options) { c.SecretKeyFile, c.Insecure = path, false }

@@ -8,7 +8,7 @@ type metrics struct {
 	decodeErrors        prometheus.Counter
 	conflicts           *prometheus.CounterVec        // by result: replaced | kept
 	chunks              *prometheus.CounterVec        // by direction: sent | received
-	transfers           *prometheus.CounterVec        // by result: complete | retry | gave_up
+	transfers           *prometheus.CounterVec        // by result: complete | retry | gave_up | catch_up | handover
 	dropped             *prometheus.CounterVec        // by reason
 	recordsDropped      map[string]prometheus.Counter // by reason (trust.go)
 	recordsClamped      prometheus.Counter
@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer, insecure bool, members, bindings, evi
 			Name: ns + "state_transfer_chunks_total", Help: "State-transfer chunks, by direction.",
 		}, []string{"direction"}),
 		transfers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: ns + "state_transfers_total", Help: "State transfers this replica pulled, by result.",
+			Name: ns + "state_transfers_total", Help: "State transfers, by result: pulls this replica completed (complete), retried with another member (retry) or gave up (gave_up); catch_up: a pull started by a replica that declared itself synced by its startup grace alone while it knew members that were not synced yet; handover: this replica's state streamed unasked to a member met before this replica had pulled.",
 		}, []string{"result"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: ns + "dropped_total", Help: "Outgoing work dropped because a bounded queue was full, by reason (gossip repairs it).",

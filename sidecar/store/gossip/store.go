@@ -65,6 +65,9 @@ type Options struct {
 	TransferTimeout time.Duration
 	// LeaveTimeout bounds the graceful leave in Close; 3s.
 	LeaveTimeout time.Duration
+	// StartupGrace is how long a replica that has met no synced member
+	// waits before it declares itself synced (transfer.go); 1s.
+	StartupGrace time.Duration
 	// Memberlist, if set, adjusts memberlist's config before it starts
 	// (tests shorten its timers).
 	Memberlist func(*memberlist.Config)
@@ -85,6 +88,7 @@ func (o *Options) setDefaults() {
 	def(&o.TombstoneGrace, 30*time.Second)
 	def(&o.TransferTimeout, 10*time.Second)
 	def(&o.LeaveTimeout, 3*time.Second)
+	def(&o.StartupGrace, time.Second)
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = 32 << 10
 	}
@@ -197,6 +201,7 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options) (*Store, er
 	}
 	s.ml.Store(ml)
 	s.selfAddr = ml.LocalNode().Address()
+	s.xfer.self.Store(&s.selfAddr)
 	log.Info("gossip store started", "member", s.name, "addr", s.selfAddr,
 		"discovery", cfg.Discovery, "encrypted", mc.EncryptionEnabled())
 	if !mc.EncryptionEnabled() {
@@ -406,8 +411,14 @@ func (d delegate) NotifyJoin(n *memberlist.Node) {
 	}
 }
 func (d delegate) NotifyUpdate(n *memberlist.Node) {
-	if n.Name != d.s.name {
-		d.s.setMember(*n)
+	if n.Name == d.s.name {
+		return
+	}
+	old, known := d.s.setMember(*n)
+	// memberlist calls NotifyUpdate when a member's metadata changed;
+	// ours changes only when a replica turns synced.
+	if peerSynced(n) && (!known || !peerSynced(&old)) {
+		d.s.xfer.turnedSynced(*n)
 	}
 }
 func (d delegate) NotifyLeave(n *memberlist.Node) {
@@ -417,10 +428,13 @@ func (d delegate) NotifyLeave(n *memberlist.Node) {
 	d.s.xfer.left(*n)
 }
 
-func (s *Store) setMember(n memberlist.Node) {
+// setMember records n and returns the copy it replaces, if any.
+func (s *Store) setMember(n memberlist.Node) (old memberlist.Node, known bool) {
 	s.othersMu.Lock()
+	defer s.othersMu.Unlock()
+	old, known = s.others[n.Name]
 	s.others[n.Name] = n
-	s.othersMu.Unlock()
+	return old, known
 }
 
 // peers returns copies of the other live members.

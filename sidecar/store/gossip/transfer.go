@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -31,6 +32,26 @@ import (
 // retried with another synced member, at most three tries. Chunks merge
 // like any delta, so order, duplicates and overlap do not matter.
 //
+// Replicas that start together meet before any of them is synced. Each
+// hands its state over, unasked, to every member it meets before it has
+// pulled: what it holds then (bindings it made in its first moments) is on
+// no other replica, and nobody pulls from a replica that is not synced.
+// Such a state is small (it holds no pulled state), and later bindings
+// travel as deltas. An unsynced replica that sees a member turn synced
+// (its metadata changes: NotifyUpdate) pulls from it as from a synced
+// newcomer. A replica that declared itself synced by its startup grace
+// while it knew members that were not synced yet ("grace-only") pulls once
+// from the first of those that turns synced: that member may have pulled
+// what neither could see at their meeting (a ring member since gone).
+// Once: a grace-only replica's catch-up is spent by its first pull, so a
+// ring started together makes one catch-up per grace-only replica, not one
+// per member.
+//
+// A replica restarted in place (kill -9, then the same pod IP and port)
+// meets its previous incarnation, still alive in the others' views until
+// memberlist declares it dead: that ghost is neither pulled from (nothing
+// would answer; the pull would wait TransferTimeout) nor handed state.
+//
 // A member that rejoins after less than a blip (four gossip intervals or a
 // probe interval, whichever is longer) was not really apart: memberlist
 // marked it dead on a stale rumour and it refuted at once. It holds this
@@ -41,7 +62,6 @@ const (
 	metaVersion   = 1
 	metaSynced    = 1
 	joinDebounce  = 200 * time.Millisecond
-	startupGrace  = time.Second
 	pullAttempts  = 3
 	serveQueue    = 16
 	loopInterval  = 100 * time.Millisecond
@@ -51,22 +71,39 @@ const (
 type transfer struct {
 	s     *Store
 	start time.Time
-	kick  chan struct{}
-	reqs  chan syncReq
+	// self is this replica's advertised address, set once memberlist has
+	// started; a member there is a previous incarnation of this replica.
+	self atomic.Pointer[string]
+	kick chan struct{}
+	reqs chan syncReq
 
-	mu         sync.Mutex
-	synced     bool
-	metaStale  bool                // synced changed; memberlist must re-announce the metadata
-	burst      map[string]struct{} // synced members seen joining since the last pull decision
-	lastJoin   time.Time
-	gone       map[string]time.Time // when members left or were declared dead
-	minAbsence time.Duration        // shorter absences are blips, not partitions
-	pull       *pull
+	mu        sync.Mutex
+	synced    bool
+	metaStale bool                // synced changed; memberlist must re-announce the metadata
+	burst     map[string]struct{} // synced members seen joining since the last pull decision
+	// turned are members seen turning synced since the last pull
+	// decision; they are candidates only while this replica lacks state:
+	// not synced yet, or grace-only.
+	turned   map[string]struct{}
+	lastJoin time.Time
+	// pulled: this replica has started a pull. Its state may hold the
+	// ring's from then on, too much to hand over.
+	pulled bool
+	// metUnsynced are the members met before this replica was synced that
+	// were not synced either. graceOnly: this replica declared itself
+	// synced by its startup grace while it knew such members, and has not
+	// pulled since; its catch-up pull is still due.
+	metUnsynced map[string]struct{}
+	graceOnly   bool
+	gone        map[string]time.Time // when members left or were declared dead
+	minAbsence  time.Duration        // shorter absences are blips, not partitions
+	pull        *pull
 }
 
 type syncReq struct {
-	from string
-	id   uint64
+	from     string
+	id       uint64
+	handover bool // unasked: this replica's state to a member it met unsynced
 }
 
 type pull struct {
@@ -81,10 +118,12 @@ type pull struct {
 func newTransfer(s *Store) *transfer {
 	return &transfer{
 		s: s, start: time.Now(),
-		kick:  make(chan struct{}, 1),
-		reqs:  make(chan syncReq, serveQueue),
-		burst: map[string]struct{}{},
-		gone:  map[string]time.Time{},
+		kick:        make(chan struct{}, 1),
+		reqs:        make(chan syncReq, serveQueue),
+		burst:       map[string]struct{}{},
+		turned:      map[string]struct{}{},
+		metUnsynced: map[string]struct{}{},
+		gone:        map[string]time.Time{},
 	}
 }
 
@@ -104,25 +143,60 @@ func (t *transfer) isSynced() bool {
 	return t.synced
 }
 
+// ghost reports whether n is at this replica's own address: a previous
+// incarnation of this replica.
+func (t *transfer) ghost(n *memberlist.Node) bool {
+	self := t.self.Load()
+	return self != nil && n.Address() == *self
+}
+
 func peerSynced(n *memberlist.Node) bool {
 	return len(n.Meta) >= 2 && n.Meta[0] == metaVersion && n.Meta[1]&metaSynced != 0
 }
 
 // joined is memberlist's NotifyJoin: remember synced newcomers for the
-// next pull decision.
+// next pull decision, and hand this replica's state to a newcomer while
+// this replica has not pulled.
 func (t *transfer) joined(n memberlist.Node) {
 	now := time.Now()
 	t.mu.Lock()
 	gone, wasGone := t.gone[n.Name]
 	delete(t.gone, n.Name)
 	blip := wasGone && now.Sub(gone) < t.minAbsence
-	candidate := peerSynced(&n) && !blip
+	ghost := t.ghost(&n)
+	candidate := peerSynced(&n) && !blip && !ghost
 	if candidate {
 		t.burst[n.Name] = struct{}{}
 		t.lastJoin = now
 	}
+	if !t.synced && !peerSynced(&n) {
+		t.metUnsynced[n.Name] = struct{}{}
+	}
+	// Not after a blip: the member held our state a moment ago.
+	handover := !t.synced && !t.pulled && !blip && !ghost && t.s.st.count.Load() > 0
 	t.mu.Unlock()
-	t.s.log.Debug("gossip: member joined", "member", n.Name, "synced", peerSynced(&n), "blip", blip)
+	t.s.log.Debug("gossip: member joined", "member", n.Name, "synced", peerSynced(&n), "blip", blip, "ghost", ghost, "handover", handover)
+	if candidate {
+		t.poke()
+	}
+	if handover {
+		t.enqueue(syncReq{from: n.Name, handover: true})
+	}
+}
+
+// turnedSynced is memberlist's NotifyUpdate for a member whose metadata
+// now says synced and did not before: a pull candidate while this replica
+// lacks state (see the package comment above).
+func (t *transfer) turnedSynced(n memberlist.Node) {
+	t.mu.Lock()
+	_, met := t.metUnsynced[n.Name]
+	candidate := (!t.synced || (t.graceOnly && met)) && !t.ghost(&n)
+	if candidate {
+		t.turned[n.Name] = struct{}{}
+		t.lastJoin = time.Now()
+	}
+	t.mu.Unlock()
+	t.s.log.Debug("gossip: member turned synced", "member", n.Name, "candidate", candidate)
 	if candidate {
 		t.poke()
 	}
@@ -135,6 +209,8 @@ func (t *transfer) left(n memberlist.Node) {
 	defer t.mu.Unlock()
 	t.gone[n.Name] = now
 	delete(t.burst, n.Name)
+	delete(t.turned, n.Name)
+	// metUnsynced keeps it: a member that flaps is still one met unsynced.
 	if len(t.gone) > 4096 { // members that never return
 		for name, at := range t.gone {
 			if now.Sub(at) > time.Hour {
@@ -191,24 +267,42 @@ func (t *transfer) step(now time.Time) {
 		p.peer, p.id, p.got, p.total = cands[mrand.IntN(len(cands))], newID(), 0, 0
 		p.deadline = now.Add(t.s.opts.TransferTimeout)
 		req = p
-	case p == nil && len(t.burst) > 0 && now.Sub(t.lastJoin) >= joinDebounce && t.s.limitsSynced():
+	case p == nil && len(t.burst)+len(t.turned) > 0 && now.Sub(t.lastJoin) >= joinDebounce && t.s.limitsSynced():
 		// Records are judged against the pools' discovery (trust.go):
 		// before its first view they would all be refused, so wait for it.
+		// Members that turned synced count only while this replica still
+		// lacks state: a pull that completed meanwhile brought it.
+		lacking := !t.synced || t.graceOnly
 		var cands []string
 		for _, n := range members {
-			if _, ok := t.burst[n.Name]; ok {
+			_, joined := t.burst[n.Name]
+			_, turned := t.turned[n.Name]
+			if joined || (turned && lacking) {
 				cands = append(cands, n.Name)
 			}
 		}
 		clear(t.burst)
+		clear(t.turned)
 		if len(cands) > 0 {
 			peer := cands[mrand.IntN(len(cands))]
 			t.pull = &pull{id: newID(), peer: peer, deadline: now.Add(t.s.opts.TransferTimeout), tried: map[string]bool{}}
 			req = t.pull
+			t.pulled = true
+			if t.graceOnly {
+				// The catch-up is spent, whichever member it pulls from.
+				t.graceOnly = false
+				clear(t.metUnsynced)
+				t.s.met.transfers.WithLabelValues("catch_up").Inc()
+			}
 		}
 	}
-	if !t.synced && t.pull == nil && len(t.burst) == 0 && now.Sub(t.start) >= startupGrace {
+	if !t.synced && t.pull == nil && len(t.burst)+len(t.turned) == 0 && now.Sub(t.start) >= t.s.opts.StartupGrace {
 		t.setSyncedLocked()
+		// Members met unsynced may yet pull state this replica lacks.
+		t.graceOnly = !t.pulled && len(t.metUnsynced) > 0
+		if !t.graceOnly {
+			clear(t.metUnsynced)
+		}
 	}
 	var r pull
 	if req != nil {
@@ -247,7 +341,7 @@ func (t *transfer) setSyncedLocked() {
 func (t *transfer) syncedMembers(members []*memberlist.Node, skip map[string]bool) []string {
 	var out []string
 	for _, n := range members {
-		if !skip[n.Name] && peerSynced(n) {
+		if !skip[n.Name] && peerSynced(n) && !t.ghost(n) {
 			out = append(out, n.Name)
 		}
 	}
@@ -278,10 +372,18 @@ func (t *transfer) chunkReceived(m *message) {
 
 // requested queues a peer's sync request for serve.
 func (t *transfer) requested(from string, id uint64) {
+	t.enqueue(syncReq{from: from, id: id})
+}
+
+func (t *transfer) enqueue(r syncReq) {
 	select {
-	case t.reqs <- syncReq{from, id}:
+	case t.reqs <- r:
 	default:
-		t.s.met.dropped.WithLabelValues("sync_request").Inc()
+		reason := "sync_request"
+		if r.handover {
+			reason = "handover"
+		}
+		t.s.met.dropped.WithLabelValues(reason).Inc()
 	}
 }
 
@@ -336,7 +438,10 @@ func (t *transfer) stream(r syncReq) {
 	}
 	hdr.Total = sent + 1
 	if send(encode(hdr)) {
-		s.log.Debug("gossip: state streamed", "to", r.from, "chunks", sent+1)
+		s.log.Debug("gossip: state streamed", "to", r.from, "chunks", sent+1, "handover", r.handover)
+		if r.handover {
+			s.met.transfers.WithLabelValues("handover").Inc()
+		}
 	}
 }
 

@@ -233,7 +233,7 @@ func TestUnsyncedDiscoveryDefersTransfer(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * startupGrace)
+	time.Sleep(2 * n1.opts.StartupGrace)
 	if n1.Synced() || n1.Len() != 0 {
 		t.Fatalf("before discovery synced: synced %v, %d bindings", n1.Synced(), n1.Len())
 	}
