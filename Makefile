@@ -172,9 +172,11 @@ bench-hop: build deps-bench
 bench-go: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-# Round robin vs hard vs soft affinity on a skewed multi-turn workload (~1 min).
+# Round robin, hard, threshold soft, cost soft affinity and the global-map
+# oracle on a skewed multi-turn workload under cache pressure (~4 min);
+# writes e2e/bench/AFFINITY.md.
 bench-affinity:
-	$(GO) run ./e2e/bench affinity -duration 15s
+	$(GO) run ./e2e/bench affinity
 
 # Every parser of untrusted input, FUZZTIME each.
 FUZZTIME ?= 30s

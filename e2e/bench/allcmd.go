@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherproxy/tether/e2e/bench/affinity"
 	"github.com/tetherproxy/tether/e2e/bench/hop"
 	"github.com/tetherproxy/tether/e2e/bench/procs"
 	"github.com/tetherproxy/tether/e2e/bench/progress"
@@ -19,7 +20,8 @@ import (
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
 )
 
-// The full run's parameters (make bench, about 12 minutes on 2 cores).
+// The full run's parameters (make bench, about 16 minutes on 2 cores;
+// the affinity section runs with affinity.Defaults, bench affinity's).
 var (
 	fullHop = hopFlags{
 		proxies: strings.Join(hop.AllProxies, ","), modes: "non-streaming,streaming",
@@ -52,10 +54,10 @@ var (
 
 func allMain(ctx context.Context, args []string) error {
 	quick := slices.Contains(args, "-quick") || slices.Contains(args, "--quick")
-	h, s, sc := fullHop, fullSticky, fullScale
+	h, s, sc, ao := fullHop, fullSticky, fullScale, affinity.Defaults
 	out, readme := "e2e/bench", "README.md"
 	if quick {
-		h, s, sc = quickHop, quickSticky, quickScale
+		h, s, sc, ao = quickHop, quickSticky, quickScale, affinity.Quick
 		out, readme = "bin/bench-quick", ""
 	}
 	fs := flag.NewFlagSet("all", flag.ExitOnError)
@@ -89,12 +91,13 @@ func allMain(ctx context.Context, args []string) error {
 
 	bar := progress.New()
 	planHop(bar, ho)
-	bar.Plan(len(so.Replicas)*len(so.Backends)+len(so.CacheSweep), so.Workload.Ramp+30*time.Second)
+	bar.Plan(len(so.Replicas)*len(so.Backends)+len(so.CacheSweep), so.Workload.Ramp+40*time.Second)
 	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*10+2*time.Second)
 	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*40+3*time.Second)
 	bar.Plan(len(sco.Rings), 6*time.Second)
 	bar.Plan(1, 10*time.Second)
-	ho.Step, so.Step, sco.Step = bar.Step, bar.Step, bar.Step
+	bar.Plan(len(ao.Policies), ao.Warmup+ao.Duration+5*time.Second)
+	ho.Step, so.Step, sco.Step, ao.Step = bar.Step, bar.Step, bar.Step, bar.Step
 
 	in := &report.Input{
 		Command:   "go run ./e2e/bench all " + strings.Join(args, " "),
@@ -110,10 +113,15 @@ func allMain(ctx context.Context, args []string) error {
 		in.Command = "make bench"
 	}
 	bar.Start()
+	var aff []*affinity.Result
+	var affStarted time.Time
 	if in.Hop, err = hop.Run(ctx, ho); err == nil {
 		in.StickyOpts = so
 		if in.Sticky, in.Sweep, err = sticky.Run(ctx, so); err == nil {
-			in.Scale, err = scale.Run(ctx, sco)
+			if in.Scale, err = scale.Run(ctx, sco); err == nil {
+				affStarted = time.Now()
+				aff, err = affinity.Run(ctx, ao)
+			}
 		}
 	}
 	bar.Finish()
@@ -127,9 +135,12 @@ func allMain(ctx context.Context, args []string) error {
 	}
 	fmt.Println(headline)
 	fmt.Printf("\nreport: %s/REPORT.md\n", *outDir)
+	if err := writeAffinity(*outDir, ao, aff, in.Command+" (its affinity section; alone: make bench-affinity)", in.Machine, affStarted); err != nil {
+		return err
+	}
 	// A broken part fails the run (after the report, which shows it);
 	// the README keeps its previous headline then.
-	if err := sanity(in); err != nil {
+	if err := errors.Join(sanity(in), affinity.Sanity(aff)); err != nil {
 		return err
 	}
 	if *readmePath != "" {

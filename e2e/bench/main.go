@@ -5,7 +5,7 @@
 //	go run ./e2e/bench hop [-rates 2000,5000] …    section 1, the cost of one hop (make bench-hop)
 //	go run ./e2e/bench sticky …                  section 2, what stickiness is worth
 //	go run ./e2e/bench scale …                   section 3, the stores at scale
-//	go run ./e2e/bench affinity [-duration 15s]  round robin vs hard vs soft affinity (make bench-affinity)
+//	go run ./e2e/bench affinity [-duration 30s]  affinity policies under cache pressure (make bench-affinity)
 package main
 
 import (
@@ -33,7 +33,7 @@ func main() {
 	case "scale":
 		err = scaleMain(ctx, args)
 	case "affinity":
-		err = affinityMain(args)
+		err = affinityMain(ctx, args)
 	default:
 		usage()
 	}
@@ -49,6 +49,6 @@ func usage() {
   hop       section 1: what one proxy hop costs (direct, tether, HAProxy, nginx)
   sticky    section 2: what stickiness is worth (policies × router replicas × backends)
   scale     section 3: the stores at scale (bytes per binding, lookups, convergence, join)
-  affinity  round robin vs hard vs soft affinity behind one sidecar`)
+  affinity  round robin, hard, threshold and cost soft affinity, oracle, under cache pressure`)
 	os.Exit(2)
 }

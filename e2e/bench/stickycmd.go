@@ -19,6 +19,7 @@ type stickyFlags struct {
 	prefill, decode              time.Duration
 	cacheBlocks                  int
 	cacheSweep, sweepPolicies    string
+	scaleWithBackends            bool
 	work                         workload.Params
 }
 
@@ -40,12 +41,13 @@ func (s *stickyFlags) register(fs *flag.FlagSet, d stickyFlags) {
 	fs.IntVar(&s.cacheBlocks, "cache-blocks", d.cacheBlocks, "modelsim prefix-cache capacity per backend, in blocks of 16 tokens")
 	fs.StringVar(&s.cacheSweep, "cache-sweep", d.cacheSweep, "also run -sweep-policies at the largest R and smallest B with these cache sizes (blocks); empty: none")
 	fs.StringVar(&s.sweepPolicies, "sweep-policies", d.sweepPolicies, "policies of the cache sweep")
+	fs.BoolVar(&s.scaleWithBackends, "scale-with-backends", d.scaleWithBackends, "scale -conversations by B / the smallest B, so every backend is offered the same load (needs more cores than 2)")
 	s.work.Register(fs, d.work)
 }
 
 func (s *stickyFlags) options(bin string) (sticky.Options, error) {
 	s.work.Decode = s.decode
-	o := sticky.Options{Bin: bin, Workload: s.work,
+	o := sticky.Options{Bin: bin, Workload: s.work, ScaleWithBackends: s.scaleWithBackends,
 		Model: sticky.Model{PrefillPerToken: s.prefill, DecodePerToken: s.decode, CacheBlocks: s.cacheBlocks}}
 	var err error
 	if o.Replicas, err = parseInts("-replicas", s.replicas); err != nil {
@@ -82,8 +84,8 @@ func parsePolicies(flag, list string) ([]string, error) {
 
 // flagsString is the command line that reproduces these parameters.
 func (s *stickyFlags) String() string {
-	return fmt.Sprintf("-replicas %s -backends %s -prefill %v -decode %v -cache-blocks %d -cache-sweep %q -sweep-policies %s %s",
-		s.replicas, s.backends, s.prefill, s.decode, s.cacheBlocks, s.cacheSweep, s.sweepPolicies, s.work)
+	return fmt.Sprintf("-replicas %s -backends %s -prefill %v -decode %v -cache-blocks %d -cache-sweep %q -sweep-policies %s -scale-with-backends=%t %s",
+		s.replicas, s.backends, s.prefill, s.decode, s.cacheBlocks, s.cacheSweep, s.sweepPolicies, s.scaleWithBackends, s.work)
 }
 
 func parseInts(flag, list string) ([]int, error) {
@@ -109,7 +111,10 @@ func stickyMain(ctx context.Context, args []string) error {
 		return err
 	}
 	o.Step = func(st string) { fmt.Fprintln(os.Stderr, "…", st) }
-	fmt.Println("workload:", workload.Summary(workload.Generate(o.Workload), o.Workload))
+	for _, b := range o.Backends {
+		w := o.ForBackends(b)
+		fmt.Printf("workload, B = %d: %s\n", b, workload.Summary(workload.Generate(w), w))
+	}
 	res, sweep, err := sticky.Run(ctx, o)
 	if err != nil {
 		return err

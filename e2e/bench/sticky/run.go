@@ -21,8 +21,11 @@ type Options struct {
 	Replicas []int  // R values
 	Backends []int  // B values
 	Policies []string
-	Workload workload.Params
-	Model    Model
+	// Workload is the workload of every B, or with ScaleWithBackends that
+	// of the smallest B (see ForBackends).
+	Workload          workload.Params
+	ScaleWithBackends bool
+	Model             Model
 	// CacheSweep repeats SweepPolicies at the largest R and smallest B
 	// with each of these prefix-cache sizes (blocks per backend), to show
 	// how the cache's size relative to the workload decides the gaps.
@@ -64,21 +67,38 @@ func (r *Result) PrefillBusy(m Model) float64 {
 // HitRate is cached prompt tokens over prompt tokens.
 func (r *Result) HitRate() float64 { return float64(r.Cached) / float64(max(r.Prompt, 1)) }
 
+// ForBackends is the workload played against b backends: o.Workload,
+// or with ScaleWithBackends its conversations scaled by b / the smallest
+// B, so that every backend is offered the same load whatever B is (a
+// fleet sized to its traffic: twice the backends serve twice the
+// conversations; it doubles the machine's work too, which a 2-core
+// machine running every policy at once cannot carry without its own
+// queueing swamping the simulated GPU's). The same seed draws the same
+// first conversations, so a larger B's workload holds the smaller one's.
+func (o Options) ForBackends(b int) workload.Params {
+	w := o.Workload
+	if o.ScaleWithBackends && len(o.Backends) > 0 {
+		w.Conversations = w.Conversations * b / slices.Min(o.Backends)
+	}
+	return w
+}
+
 // Run measures every (R, B): all policies' stacks are started, then the
 // same workload is played against each of them at once, so that all
 // policies share the machine's noise of the same seconds. Then the cache
 // sweep, whose results come second.
 func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
-	convs := workload.Generate(o.Workload)
 	step := func(s string) {
 		if o.Step != nil {
 			o.Step(s)
 		}
 	}
 	for _, b := range o.Backends {
+		w := o.ForBackends(b)
+		convs := workload.Generate(w)
 		for _, r := range o.Replicas {
 			step(fmt.Sprintf("sticky R=%d B=%d: %d policies at once", r, b, len(o.Policies)))
-			res, err := runConfig(ctx, o, convs, r, b)
+			res, err := runConfig(ctx, o, w, convs, r, b)
 			if err != nil {
 				return nil, nil, fmt.Errorf("R=%d B=%d: %w", r, b, err)
 			}
@@ -86,11 +106,13 @@ func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 		}
 	}
 	r, b := slices.Max(o.Replicas), slices.Min(o.Backends)
+	w := o.ForBackends(b)
+	convs := workload.Generate(w)
 	for _, c := range o.CacheSweep {
 		step(fmt.Sprintf("sticky cache sweep: %d blocks per backend, R=%d B=%d", c, r, b))
 		so := o
 		so.Model.CacheBlocks, so.Policies = c, o.SweepPolicies
-		res, err := runConfig(ctx, so, convs, r, b)
+		res, err := runConfig(ctx, so, w, convs, r, b)
 		if err != nil {
 			return nil, nil, fmt.Errorf("cache %d blocks: %w", c, err)
 		}
@@ -99,7 +121,7 @@ func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 	return main, sweep, nil
 }
 
-func runConfig(ctx context.Context, o Options, convs []workload.Conversation, r, b int) ([]*Result, error) {
+func runConfig(ctx context.Context, o Options, w workload.Params, convs []workload.Conversation, r, b int) ([]*Result, error) {
 	env, err := procs.NewEnv(o.Bin)
 	if err != nil {
 		return nil, err
@@ -125,7 +147,7 @@ func runConfig(ctx context.Context, o Options, convs []workload.Conversation, r,
 	results := make([]*Result, len(stacks))
 	for i, s := range stacks {
 		wg.Go(func() {
-			samples := workload.Drive(ctx, convs, o.Workload, s.urls)
+			samples := workload.Drive(ctx, convs, w, s.urls)
 			results[i] = summarize(s.policy, r, b, samples)
 			results[i].CacheBlocks = o.Model.CacheBlocks
 			results[i].Imbalance, errs[i] = imbalance(s.backends)

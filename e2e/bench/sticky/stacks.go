@@ -18,7 +18,15 @@ const (
 	RoundRobin       = routers.RoundRobin
 	LeastOutstanding = routers.LeastOutstanding
 	ConsistentHash   = routers.ConsistentHash
-	TetherMemory     = "tether-memory" // per-replica memory store (Kthena's default)
+	// TetherMemory is a per-replica memory store that places new sessions
+	// by load, not by key (Kthena's default: each router replica its own
+	// map, a new session to the backend its scheduler picks), so replicas
+	// that have not seen a session place it independently.
+	TetherMemory = "tether-memory"
+	// TetherMemoryHash is tether's memory store with its default
+	// placement (rendezvous hashing of the key): replicas still keep
+	// their own maps, but propose the same backend for a new key.
+	TetherMemoryHash = "tether-memory-hash"
 	TetherRedis      = "tether-redis"
 	TetherGossip     = "tether-gossip"
 	TetherSoft       = "tether-soft" // soft affinity over the gossip store
@@ -26,14 +34,15 @@ const (
 )
 
 // AllPolicies lists every policy.
-var AllPolicies = []string{RoundRobin, LeastOutstanding, ConsistentHash, TetherMemory, TetherRedis, TetherGossip, TetherSoft, Oracle}
+var AllPolicies = []string{RoundRobin, LeastOutstanding, ConsistentHash, TetherMemory, TetherMemoryHash, TetherRedis, TetherGossip, TetherSoft, Oracle}
 
 // Labels name the policies in tables and charts.
 var Labels = map[string]string{
 	RoundRobin:       "round robin",
 	LeastOutstanding: "least outstanding",
 	ConsistentHash:   "consistent hash",
-	TetherMemory:     "tether memory (per replica)",
+	TetherMemory:     "per-replica memory (placed by load)",
+	TetherMemoryHash: "tether memory (per replica, hashed)",
 	TetherRedis:      "tether Redis",
 	TetherGossip:     "tether gossip",
 	TetherSoft:       "tether soft (gossip)",
@@ -64,7 +73,7 @@ type stack struct {
 func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error) {
 	s := &stack{policy: policy}
 	for i := range b {
-		_, addr, err := env.Modelsim(fmt.Sprintf("%s-b%d", policy, i), m.flags()...)
+		addr, err := startModelsim(env, fmt.Sprintf("%s-b%d", policy, i), m)
 		if err != nil {
 			return nil, err
 		}
@@ -82,6 +91,8 @@ func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error
 	side := procs.Sidecar{Backends: s.backends, LogLevel: "warn"}
 	switch policy {
 	case TetherMemory:
+		side.Pool = "    affinity: {placement: leastLoaded}"
+	case TetherMemoryHash:
 	case TetherRedis:
 		_, addr, err := env.Redis(policy + "-redis")
 		if err != nil {
@@ -107,6 +118,24 @@ func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error
 		s.urls = append(s.urls, "http://"+run.Addr)
 	}
 	return s, nil
+}
+
+// startModelsim starts one backend, on another free port when the first
+// was taken between the Env's probe and the process's bind (a shared
+// machine's other processes take ports too; a run starts hundreds).
+func startModelsim(env *procs.Env, name string, m Model) (string, error) {
+	var err error
+	for attempt := range 3 {
+		id := name
+		if attempt > 0 {
+			id = fmt.Sprintf("%s-retry%d", name, attempt)
+		}
+		var addr string
+		if _, addr, err = env.Modelsim(id, m.flags()...); err == nil {
+			return addr, nil
+		}
+	}
+	return "", err
 }
 
 func (s *stack) close() {

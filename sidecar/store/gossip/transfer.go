@@ -80,6 +80,7 @@ type transfer struct {
 	mu        sync.Mutex
 	synced    bool
 	metaStale bool                // synced changed; memberlist must re-announce the metadata
+	announced bool                // the local node's metadata says synced (UpdateNode returned)
 	burst     map[string]struct{} // synced members seen joining since the last pull decision
 	// turned are members seen turning synced since the last pull
 	// decision; they are candidates only while this replica lacks state:
@@ -141,6 +142,14 @@ func (t *transfer) isSynced() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.synced
+}
+
+// isAnnounced reports whether the local node's metadata says synced: what
+// a joining peer decides to pull by.
+func (t *transfer) isAnnounced() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.announced
 }
 
 // ghost reports whether n is at this replica's own address: a previous
@@ -325,9 +334,15 @@ func (t *transfer) step(now time.Time) {
 	}
 	if stale {
 		// Re-announce our metadata so that peers pull from us after a heal.
+		// UpdateNode sets the local metadata before it waits for the
+		// broadcast: a timeout still leaves it announced to every later
+		// push-pull.
 		if err := t.s.ml.Load().UpdateNode(updateTimeout); err != nil {
 			t.s.log.Debug("gossip: update node meta", "err", err)
 		}
+		t.mu.Lock()
+		t.announced = t.synced
+		t.mu.Unlock()
 	}
 }
 
