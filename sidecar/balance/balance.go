@@ -52,19 +52,27 @@ func New(opts ...Option) *Balancer {
 // Acquire counts one outstanding request on backend id until release is
 // called. release is idempotent.
 func (b *Balancer) Acquire(id string) (release func()) {
+	b.Hold(id)
+	var once sync.Once
+	return func() { once.Do(func() { b.Release(id) }) }
+}
+
+// Hold counts one outstanding request on backend id until Release(id):
+// Acquire without a closure, for the proxy's hot path, which releases
+// each hold exactly once.
+func (b *Balancer) Hold(id string) {
 	b.mu.Lock()
 	b.inflight[id]++
 	b.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			if b.inflight[id]--; b.inflight[id] <= 0 {
-				delete(b.inflight, id) // backends come and go: keep the map small
-			}
-			b.mu.Unlock()
-		})
+}
+
+// Release ends one Hold (or Acquire) of backend id.
+func (b *Balancer) Release(id string) {
+	b.mu.Lock()
+	if b.inflight[id]--; b.inflight[id] <= 0 {
+		delete(b.inflight, id) // backends come and go: keep the map small
 	}
+	b.mu.Unlock()
 }
 
 // Outstanding is the number of requests this replica has in flight on id.

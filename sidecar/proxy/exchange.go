@@ -52,7 +52,7 @@ type exchange struct {
 
 	pool     *Pool
 	d        *resolve.Decision // the current attempt's
-	release  func()            // the balancer's count of the current attempt
+	held     string            // the backend the balancer counts the current attempt on; "" for none
 	reqBytes []byte
 	reqBody  requestBody // reqBytes, read by the current attempt
 	// pinned: the resolver refused to move the request (resolve.ErrPinned:
@@ -84,7 +84,8 @@ type exchange struct {
 	noRetry error
 
 	trace httptrace.ClientTrace
-	attrs [24]slog.Attr // the access-log line's, without an allocation
+	// clock is the first-byte timeout; its hook is in trace.
+	clock headerClock
 }
 
 // maxRetries bounds the retries of one request. Each goes to a backend
@@ -142,6 +143,7 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 	p := x.pool
 	x.reqBytes = body
 	x.trace.GotConn = x.gotConn
+	x.clock.hook(&x.trace)
 	ctx := httptrace.WithClientTrace(context.WithValue(x.in.Context(), exchangeKey{}, x), &x.trace)
 	inflight := p.m.inFlight()
 	inflight.Inc()
@@ -209,15 +211,22 @@ func (x *exchange) retryAttrs() (reasons, pods string) {
 
 // begin starts an attempt on d.
 func (x *exchange) begin(d *resolve.Decision) {
-	if x.release != nil {
-		x.release()
-	}
+	x.unhold()
 	x.d = d
-	x.release = x.pool.Balancer.Acquire(d.Backend.ID)
+	x.held = d.Backend.ID
+	x.pool.Balancer.Hold(x.held)
 	x.pool.Balancer.Sent(d.Backend.ID)
 	x.unanswered = true
 	x.conn, x.reused, x.upErr, x.status, x.header = false, false, nil, 0, 0
 	x.sent = x.h.o.Now()
+}
+
+// unhold ends the balancer's count of the current attempt, if any.
+func (x *exchange) unhold() {
+	if x.held != "" {
+		x.pool.Balancer.Release(x.held)
+		x.held = ""
+	}
 }
 
 // answeredOrNot ends the current attempt's count of unanswered requests:
@@ -384,9 +393,7 @@ func (x *exchange) report(outcome string) {
 // finish writes the access-log line and the request's metrics, and
 // returns the balancer's count: once per request, however it ended.
 func (x *exchange) finish() {
-	if x.release != nil {
-		x.release()
-	}
+	x.unhold()
 	elapsed := x.h.o.Now().Sub(x.start)
 	outcome, err := x.outcome()
 	if x.status != 0 {
@@ -397,7 +404,9 @@ func (x *exchange) finish() {
 		code = http.StatusOK
 	}
 	decision := "error" // no decision was made: the request failed before
-	attrs := append(x.attrs[:0], slog.String("request_id", x.requestID))
+	line := accessLines.Get().(*accessLine)
+	defer accessLines.Put(line)
+	attrs := append(line[:0], slog.String("request_id", x.requestID))
 	if x.traceparent != "" {
 		attrs = append(attrs, slog.String("traceparent", x.traceparent))
 	}

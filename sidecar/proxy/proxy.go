@@ -168,10 +168,30 @@ func (h *Handler) reverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
 
 type bufferPool struct{}
 
-var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// buffers holds the copy buffers, boxed: a sync.Pool keeps pointers and
+// ReverseProxy hands back slices, so the boxes go round a pool of their
+// own (holders) and neither Get nor Put allocates once warm.
+var buffers, holders sync.Pool
 
-func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
-func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+func (bufferPool) Get() []byte {
+	h, ok := buffers.Get().(*[]byte)
+	if !ok {
+		return make([]byte, 32<<10)
+	}
+	b := *h
+	*h = nil
+	holders.Put(h)
+	return b
+}
+
+func (bufferPool) Put(b []byte) {
+	h, _ := holders.Get().(*[]byte)
+	if h == nil {
+		h = new([]byte)
+	}
+	*h = b
+	buffers.Put(h)
+}
 
 // firstBodyBuffer is the most a body buffer starts with: a prompt usually
 // fits, and a client that announces a large body and sends nothing holds

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tetherproxy/tether/e2e/modelsim/sim"
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/logjson"
 	"github.com/tetherproxy/tether/sidecar/server"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
@@ -99,7 +100,7 @@ func startSidecarWith(t testing.TB, doc string, deps server.Deps) *sidecar {
 	if deps.LogLevel != nil {
 		hopts.Level = deps.LogLevel
 	}
-	log := slog.New(slog.NewJSONHandler(logs, hopts))
+	log := slog.New(logjson.New(logs, hopts)) // as main: the access log's fast path
 	srv, err := server.New(context.Background(), cfg, log, deps)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)

@@ -40,7 +40,7 @@ const storeKeyDomain = "tether store key v1"
 // a ring or of one Redis must use the same secret, or they address
 // different keys. It is safe for concurrent use.
 type KeyHasher struct {
-	macs sync.Pool // of hash.Hash, keyed
+	macs sync.Pool // of *keyedMAC
 }
 
 // NewKeyHasher returns the KeyHasher of secret (at least MinKeySecretBytes).
@@ -52,7 +52,7 @@ func NewKeyHasher(secret []byte) (*KeyHasher, error) {
 	d.Write([]byte(storeKeyDomain))
 	key := d.Sum(nil)
 	h := &KeyHasher{}
-	h.macs.New = func() any { return hmac.New(sha256.New, key) }
+	h.macs.New = func() any { return &keyedMAC{mac: hmac.New(sha256.New, key)} }
 	return h, nil
 }
 
@@ -85,22 +85,41 @@ func LoadKeyHasher(path string) (*KeyHasher, error) {
 func (h *KeyHasher) Keyed() bool { return h != nil }
 
 // StoreKey returns the store key of a session key in a pool: 32 hex digits.
+// It runs on every sticky request: the unkeyed hash is taken over a stack
+// buffer and the keyed one over its pooled MAC's own buffer, so the
+// string returned is its only allocation.
 func (h *KeyHasher) StoreKey(pool, key string) string {
-	var m hash.Hash
-	if h == nil {
-		m = sha256.New()
-	} else {
-		m = h.macs.Get().(hash.Hash)
-		m.Reset()
-		defer h.macs.Put(m)
-	}
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(pool)))
-	m.Write(n[:])
-	m.Write([]byte(pool))
-	binary.BigEndian.PutUint64(n[:], uint64(len(key)))
-	m.Write(n[:])
-	m.Write([]byte(key))
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0])[:KeyHashLen/2])
+	if h == nil {
+		var stack [256]byte
+		sum = sha256.Sum256(appendKeyInput(stack[:0], pool, key))
+	} else {
+		m := h.macs.Get().(*keyedMAC)
+		m.mac.Reset()
+		m.buf = appendKeyInput(m.buf[:0], pool, key)
+		m.mac.Write(m.buf)
+		m.mac.Sum(m.sum[:0])
+		sum = m.sum
+		h.macs.Put(m)
+	}
+	var out [KeyHashLen]byte
+	hex.Encode(out[:], sum[:KeyHashLen/2])
+	return string(out[:])
+}
+
+// keyedMAC is a pooled HMAC with the buffers one store key needs (the
+// input is at most a pool name and MaxKeyBytes, so a buffer stays small).
+type keyedMAC struct {
+	mac hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+// appendKeyInput appends what a store key hashes: the length-prefixed
+// pool name and key.
+func appendKeyInput(b []byte, pool, key string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(pool)))
+	b = append(b, pool...)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(key)))
+	return append(b, key...)
 }

@@ -1,0 +1,129 @@
+// Package logbuf batches log lines into fewer writes. The sidecar writes
+// one access-log line per request; unbuffered, each is a write(2) to
+// stderr (a pipe the container runtime reads, waking it), which under
+// load costs more CPU than proxying the request. A Writer gathers lines
+// and writes them together when its buffer fills or a short interval
+// after the first line it holds, as nginx's access_log buffer= and flush=
+// do. Lines are never split or reordered, and a warning or an error
+// (FlushAt) is written at once, with what was held before it.
+package logbuf
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Writer buffers writes to w. It is safe for concurrent use; each Write
+// is kept whole (slog handlers write one line per call).
+type Writer struct {
+	mu      sync.Mutex
+	w       io.Writer
+	buf     []byte
+	every   time.Duration
+	timer   *time.Timer
+	pending bool // a flush is scheduled
+	closed  bool
+}
+
+// New returns a Writer to w that holds up to size bytes and writes what it
+// holds at most every after the first of them arrived. every <= 0 or
+// size <= 0 returns a Writer that writes through at once.
+func New(w io.Writer, size int, every time.Duration) *Writer {
+	b := &Writer{w: w, every: every}
+	if size > 0 && every > 0 {
+		b.buf = make([]byte, 0, size)
+	}
+	return b
+}
+
+// Write buffers p, or writes it through when it does not fit an empty
+// buffer (or the Writer does not buffer). The error is that of the
+// underlying write, when Write made one.
+func (b *Writer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || cap(b.buf) == 0 {
+		return b.w.Write(p)
+	}
+	if len(b.buf)+len(p) > cap(b.buf) {
+		if err := b.flushLocked(); err != nil {
+			return 0, err
+		}
+		if len(p) > cap(b.buf) {
+			return b.w.Write(p)
+		}
+	}
+	b.buf = append(b.buf, p...)
+	if !b.pending {
+		b.pending = true
+		if b.timer == nil {
+			b.timer = time.AfterFunc(b.every, func() { b.Flush() })
+		} else {
+			b.timer.Reset(b.every)
+		}
+	}
+	return len(p), nil
+}
+
+// Flush writes what the Writer holds.
+func (b *Writer) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.flushLocked()
+}
+
+func (b *Writer) flushLocked() error {
+	b.pending = false
+	if len(b.buf) == 0 {
+		return nil
+	}
+	_, err := b.w.Write(b.buf)
+	b.buf = b.buf[:0]
+	return err
+}
+
+// Close writes what the Writer holds; later writes go through at once.
+func (b *Writer) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.closed = true
+	return b.flushLocked()
+}
+
+// FlushAt wraps h, whose output is w, so that a record at level at or
+// above is written at once, with the lines held before it: a warning or
+// an error is seen when it happens, only routine lines (the access log)
+// wait for their batch.
+func FlushAt(h slog.Handler, w *Writer, at slog.Level) slog.Handler {
+	return &flushing{Handler: h, w: w, at: at}
+}
+
+type flushing struct {
+	slog.Handler
+	w  *Writer
+	at slog.Level
+}
+
+func (f *flushing) Handle(ctx context.Context, r slog.Record) error {
+	err := f.Handler.Handle(ctx, r)
+	if r.Level >= f.at {
+		if ferr := f.w.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+func (f *flushing) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &flushing{Handler: f.Handler.WithAttrs(attrs), w: f.w, at: f.at}
+}
+
+func (f *flushing) WithGroup(name string) slog.Handler {
+	return &flushing{Handler: f.Handler.WithGroup(name), w: f.w, at: f.at}
+}

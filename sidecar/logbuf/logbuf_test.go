@@ -1,0 +1,152 @@
+package logbuf
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
+)
+
+// countingWriter records every write it is given, whole.
+type countingWriter struct {
+	mu     sync.Mutex
+	writes []string
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes = append(c.writes, string(p))
+	return len(p), nil
+}
+
+func (c *countingWriter) all() (string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.writes, ""), len(c.writes)
+}
+
+// TestBatchesAndFlushesAfterInterval: lines written together reach the
+// underlying writer in one write, in order, once the interval passed.
+func TestBatchesAndFlushesAfterInterval(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var under countingWriter
+	w := New(&under, 4096, 20*time.Millisecond)
+	var want strings.Builder
+	for i := range 10 {
+		line := fmt.Sprintf("{\"n\":%d}\n", i)
+		want.WriteString(line)
+		if n, err := w.Write([]byte(line)); n != len(line) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	if got, n := under.all(); n != 0 || got != "" {
+		t.Fatalf("written before the interval: %q", got)
+	}
+	testkit.Eventually(t, 2*time.Second, "the buffered lines flushed", func() bool { _, n := under.all(); return n > 0 })
+	if got, n := under.all(); got != want.String() || n != 1 {
+		t.Fatalf("got %d writes %q, want one write %q", n, got, want.String())
+	}
+	w.Close()
+}
+
+// TestFullBufferWritesAtOnce: a line that does not fit flushes what is
+// held first; one larger than the buffer goes through whole.
+func TestFullBufferWritesAtOnce(t *testing.T) {
+	var under countingWriter
+	w := New(&under, 16, time.Hour)
+	defer w.Close()
+	w.Write([]byte("0123456789\n"))
+	w.Write([]byte("abcdefghij\n")) // does not fit: the first goes out
+	if got, n := under.all(); n != 1 || got != "0123456789\n" {
+		t.Fatalf("after overflow: %d writes %q", n, got)
+	}
+	big := strings.Repeat("x", 40) + "\n"
+	w.Write([]byte(big))
+	if got, n := under.all(); n != 3 || got != "0123456789\nabcdefghij\n"+big {
+		t.Fatalf("after a line larger than the buffer: %d writes %q", n, got)
+	}
+}
+
+// TestCloseFlushesAndWritesThrough: Close writes what is held, and the
+// lines after it are not held.
+func TestCloseFlushesAndWritesThrough(t *testing.T) {
+	var under bytes.Buffer
+	w := New(&under, 1024, time.Hour)
+	w.Write([]byte("a\n"))
+	if under.Len() != 0 {
+		t.Fatal("written before Close")
+	}
+	if err := w.Close(); err != nil || under.String() != "a\n" {
+		t.Fatalf("Close: %v, %q", err, under.String())
+	}
+	w.Write([]byte("b\n"))
+	if under.String() != "a\nb\n" {
+		t.Fatalf("after Close: %q", under.String())
+	}
+}
+
+// TestUnbuffered: an interval of 0 writes every line through.
+func TestUnbuffered(t *testing.T) {
+	var under countingWriter
+	w := New(&under, 1024, 0)
+	w.Write([]byte("a\n"))
+	w.Write([]byte("b\n"))
+	if got, n := under.all(); n != 2 || got != "a\nb\n" {
+		t.Fatalf("%d writes %q", n, got)
+	}
+}
+
+// TestConcurrentLinesStayWhole: concurrent writers' lines are never
+// interleaved within a line (go test -race).
+func TestConcurrentLinesStayWhole(t *testing.T) {
+	var under countingWriter
+	w := New(&under, 512, time.Millisecond)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				w.Write(fmt.Appendf(nil, "{\"g\":%d,\"i\":%03d}\n", g, i))
+			}
+		})
+	}
+	wg.Wait()
+	w.Close()
+	got, _ := under.all()
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if len(lines) != 800 {
+		t.Fatalf("%d lines, want 800", len(lines))
+	}
+	for _, l := range lines {
+		if len(l) != len(`{"g":0,"i":000}`) {
+			t.Fatalf("torn line %q", l)
+		}
+	}
+}
+
+// TestFlushAtWarn: an info line waits for its batch; a warning is written
+// at once with the info line held before it, also through a derived
+// logger.
+func TestFlushAtWarn(t *testing.T) {
+	var under countingWriter
+	w := New(&under, 4096, time.Hour)
+	defer w.Close()
+	log := slog.New(FlushAt(slog.NewJSONHandler(w, nil), w, slog.LevelWarn)).With("pool", "p")
+	log.Info("routine")
+	if _, n := under.all(); n != 0 {
+		t.Fatal("an info line was written before its batch")
+	}
+	log.Warn("something broke")
+	got, n := under.all()
+	if n != 1 || !strings.Contains(got, `"msg":"routine"`) || !strings.Contains(got, `"msg":"something broke"`) ||
+		strings.Index(got, "routine") > strings.Index(got, "something broke") {
+		t.Fatalf("after a warning: %d writes %q, want both lines in order at once", n, got)
+	}
+}
