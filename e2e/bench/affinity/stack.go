@@ -6,13 +6,13 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/tetherproxy/tether/e2e/bench/procs"
 	"github.com/tetherproxy/tether/e2e/bench/routers"
 	"github.com/tetherproxy/tether/e2e/modelsim/sim"
 	"github.com/tetherproxy/tether/sidecar/config"
@@ -97,7 +97,7 @@ func (s *stack) startPolicy(p Policy, backends []string, dir string, level slog.
 	for i := range p.Replicas {
 		store := "{backend: memory}"
 		if p.Replicas > 1 {
-			port, err := freePort()
+			port, err := procs.FreePort()
 			if err != nil {
 				return err
 			}
@@ -140,15 +140,6 @@ func (s *stack) startPolicy(p Policy, backends []string, dir string, level slog.
 	}
 	time.Sleep(300 * time.Millisecond)
 	return nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func waitReady(url string, within time.Duration) error {

@@ -142,17 +142,26 @@ func (e *Env) Close() {
 	_ = os.RemoveAll(e.Dir)
 }
 
+// FreePort returns a loopback TCP port free at the moment (in-process
+// parts that need their port before they listen: memberlist's bind).
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
 // Port returns a free loopback TCP port not handed out before by this Env.
 // (The kernel may still give it to someone else before the process binds
 // it; a process that fails to bind exits and is reported.)
 func (e *Env) Port() (int, error) {
 	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := FreePort()
 		if err != nil {
 			return 0, err
 		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
 		e.mu.Lock()
 		taken := e.ports[port]
 		e.ports[port] = true

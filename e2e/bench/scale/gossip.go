@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tetherproxy/tether/e2e/bench/procs"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/gossip"
@@ -26,15 +26,6 @@ import (
 type node struct {
 	*gossip.Store
 	addr string
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // writeRingKey writes a random 32-byte gossip key into dir: every ring
@@ -55,7 +46,7 @@ func startNode(name, seed, keyFile string, maxEntries int) (*node, error) {
 	if maxEntries == 0 {
 		maxEntries = config.DefaultMaxEntries
 	}
-	port, err := freePort()
+	port, err := procs.FreePort()
 	if err != nil {
 		return nil, err
 	}
