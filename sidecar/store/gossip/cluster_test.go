@@ -175,7 +175,10 @@ func TestPartitionHeals(t *testing.T) {
 
 	tn.heal()
 	waitMembers(t, nodes, 4, 30*time.Second)
-	testkit.Eventually(t, 10*time.Second, "a state pull after the heal", func() error {
+	// 30s: a pull whose peer does not answer is retried after the
+	// transfer timeout (10s) with another member, which a loaded machine
+	// (every package's tests under -race at once) sometimes needs.
+	testkit.Eventually(t, 30*time.Second, "a state pull after the heal", func() error {
 		for i, s := range nodes {
 			if testutil.ToFloat64(s.met.transfers.WithLabelValues("complete")) <= pulled[i] {
 				return fmt.Errorf("%s has not pulled state since the heal", s.name)
