@@ -172,8 +172,17 @@ func planHop(bar *progress.Bar, o hop.Options) {
 // It asserts no performance figure: the machine is shared and noisy.
 func sanity(in *report.Input) error {
 	var errs []error
+	// A proxy must work at the lowest rate of its mode; above it, errors
+	// are what it measured (2 cores overload at 5,000 requests/s, direct
+	// included), shown in the tables' ok/sent, not a broken part.
+	lowest := map[hop.Mode]float64{}
 	for _, p := range in.Hop.Points {
-		if p.Res.Errors > p.Res.Sent/20 {
+		if l, ok := lowest[p.Mode]; !ok || p.Rate < l {
+			lowest[p.Mode] = p.Rate
+		}
+	}
+	for _, p := range in.Hop.Points {
+		if p.Rate == lowest[p.Mode] && p.Res.Errors > p.Res.Sent/20 {
 			errs = append(errs, fmt.Errorf("hop %s %s at %.0f/s: %d of %d requests failed (first: %v)", p.Proxy, p.Mode, p.Rate, p.Res.Errors, p.Res.Sent, p.Res.FirstErr))
 		}
 	}

@@ -41,7 +41,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 // hopDefaults are issue 13's comparison: direct, HAProxy, nginx and
 // tether with and without its access log, at 2,000 and 5,000 requests/s.
 var hopDefaults = hopFlags{
-	proxies: "direct,haproxy,nginx,tether,tether-nolog", modes: "non-streaming,streaming", rates: "2000,5000", streamRates: "200,500",
+	proxies: "direct,haproxy,nginx,go-reverseproxy,tether,tether-nolog", modes: "non-streaming,streaming", rates: "2000,5000", streamRates: "200,500",
 	duration: 3 * time.Second, warmup: time.Second, maxRate: true, probe: 1500 * time.Millisecond,
 	sessions: 1000, backends: 3,
 }

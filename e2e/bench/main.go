@@ -6,6 +6,7 @@
 //	go run ./e2e/bench sticky …                  section 2, what stickiness is worth
 //	go run ./e2e/bench scale …                   section 3, the stores at scale
 //	go run ./e2e/bench affinity [-duration 30s]  affinity policies under cache pressure (make bench-affinity)
+//	go run ./e2e/bench router -policy P -listen A -backends B,…  one of section 2's routers as a process (section 1's Go ReverseProxy row)
 package main
 
 import (
@@ -34,6 +35,8 @@ func main() {
 		err = scaleMain(ctx, args)
 	case "affinity":
 		err = affinityMain(ctx, args)
+	case "router":
+		err = routerMain(ctx, args)
 	default:
 		usage()
 	}
@@ -49,6 +52,7 @@ func usage() {
   hop       section 1: what one proxy hop costs (direct, tether, HAProxy, nginx)
   sticky    section 2: what stickiness is worth (policies × router replicas × backends)
   scale     section 3: the stores at scale (bytes per binding, lookups, convergence, join)
-  affinity  round robin, hard, threshold and cost soft affinity, oracle, under cache pressure`)
+  affinity  round robin, hard, threshold and cost soft affinity, oracle, under cache pressure
+  router    serve one of section 2's routing policies (a Go net/http ReverseProxy) until stopped`)
 	os.Exit(2)
 }

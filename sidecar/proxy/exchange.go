@@ -54,7 +54,7 @@ type exchange struct {
 	d        *resolve.Decision // the current attempt's
 	held     string            // the backend the balancer counts the current attempt on; "" for none
 	reqBytes []byte
-	reqBody  requestBody // reqBytes, read by the current attempt
+	reqBody  bytes.Reader // reqBytes, read by the current attempt
 	// pinned: the resolver refused to move the request (resolve.ErrPinned:
 	// the stored response it names is on its backend only).
 	pinned bool
@@ -107,11 +107,6 @@ type exchangeKey struct{}
 // exchangeOf returns the exchange an outbound request belongs to.
 func exchangeOf(r *http.Request) *exchange { return r.Context().Value(exchangeKey{}).(*exchange) }
 
-// requestBody replays the request body read up front, once per attempt.
-type requestBody struct{ bytes.Reader }
-
-func (*requestBody) Close() error { return nil }
-
 // upstreamBody is the backend's response body as the reverse proxy reads
 // it; err is the first read error other than its end. scan, when set,
 // sees every byte read, before the client does.
@@ -152,7 +147,10 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 		x.begin(d)
 		out := x.in.WithContext(ctx)
 		x.reqBody.Reset(body)
-		out.Body, out.ContentLength, out.GetBody = &x.reqBody, int64(len(body)), x.rewind
+		// io.NopCloser of a *bytes.Reader is a body net/http knows to be
+		// in memory: it writes the headers and the body in one syscall
+		// (any other reader gets the headers flushed on their own first).
+		out.Body, out.ContentLength, out.GetBody = io.NopCloser(&x.reqBody), int64(len(body)), x.rewind
 		p.rp.ServeHTTP(x, out)
 		x.answeredOrNot()
 		if x.upErr == nil {

@@ -20,16 +20,21 @@ const (
 	TetherNoLog  = "tether-nolog"  // memory store, access log off
 	TetherRedis  = "tether-redis"  // Redis store (a real redis-server)
 	TetherGossip = "tether-gossip" // gossip store, a ring of three sidecars
+	// GoProxy is net/http's httputil.ReverseProxy and nothing else
+	// (consistent hashing on the header): what any Go proxy pays for
+	// the hop before doing anything of its own.
+	GoProxy = "go-reverseproxy"
 )
 
 // AllProxies lists every proxy the section knows.
-var AllProxies = []string{Direct, HAProxy, Nginx, Tether, TetherNoLog, TetherRedis, TetherGossip}
+var AllProxies = []string{Direct, HAProxy, Nginx, GoProxy, Tether, TetherNoLog, TetherRedis, TetherGossip}
 
 // Labels are the names the tables print.
 var Labels = map[string]string{
 	Direct:       "direct (no proxy)",
 	HAProxy:      "HAProxy stick table",
 	Nginx:        "nginx consistent hash",
+	GoProxy:      "Go httputil.ReverseProxy (hash)",
 	Tether:       "tether (memory)",
 	TetherNoLog:  "tether (memory, no access log)",
 	TetherRedis:  "tether (Redis)",
@@ -65,6 +70,10 @@ func startTarget(env *procs.Env, name string, backends []string, sidecarEnv []st
 		return t, err
 	case Nginx:
 		p, addr, err := env.Nginx("nginx", backends)
+		t.proc, t.url = p, "http://"+addr
+		return t, err
+	case GoProxy:
+		p, addr, err := env.GoRouter("go-reverseproxy", "consistent-hash", backends, sidecarEnv)
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case Tether:

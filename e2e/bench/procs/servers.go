@@ -86,6 +86,26 @@ backend be
 	return p, addr, p.WaitTCP(addr, startTimeout)
 }
 
+// GoRouter starts this bench binary's router command (one of section 2's
+// routing policies, a net/http ReverseProxy) as a process of its own,
+// with env added (the sidecars' GOMAXPROCS, so both Go proxies get the
+// same threads).
+func (e *Env) GoRouter(name, policy string, backends, env []string) (*Process, string, error) {
+	addr, err := e.Addr()
+	if err != nil {
+		return nil, "", err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := e.StartEnv(name, self, env, "router", "-policy", policy, "-listen", addr, "-backends", strings.Join(backends, ","))
+	if err != nil {
+		return nil, "", err
+	}
+	return p, addr, p.WaitTCP(addr, startTimeout)
+}
+
 // Nginx starts nginx (one worker) with consistent hashing on the
 // X-Session-ID header, upstream keep-alive, and response buffering off so
 // SSE events pass as they come.

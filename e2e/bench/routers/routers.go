@@ -7,9 +7,11 @@
 package routers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -53,6 +55,15 @@ type ringPoint struct {
 // Start serves replicas replicas of policy over backends (host:port) on
 // loopback ports.
 func Start(policy string, backends []string, replicas int) (*Group, error) {
+	addrs := make([]string, replicas)
+	for i := range addrs {
+		addrs[i] = "127.0.0.1:0"
+	}
+	return StartAt(policy, backends, addrs)
+}
+
+// StartAt is Start with one replica listening on each of addrs.
+func StartAt(policy string, backends, addrs []string) (*Group, error) {
 	g := &Group{policy: policy, bindings: map[string]int{}, global: make([]atomic.Int64, len(backends))}
 	for _, b := range backends {
 		g.backends = append(g.backends, &url.URL{Scheme: "http", Host: b})
@@ -70,8 +81,8 @@ func Start(policy string, backends []string, replicas int) (*Group, error) {
 		MaxIdleConnsPerHost: 256,
 		DisableCompression:  true,
 	}
-	for i := range replicas {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for i, addr := range addrs {
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			g.Close()
 			return nil, err
@@ -83,7 +94,7 @@ func Start(policy string, backends []string, replicas int) (*Group, error) {
 				pr.Out.Host = pr.In.Host
 			},
 			Transport:     g.tr,
-			FlushInterval: -1, // SSE: every event at once
+			FlushInterval: 0, // SSE (text/event-stream) is flushed at every event by ReverseProxy itself
 		}
 		srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
 		go srv.Serve(ln)
@@ -132,7 +143,16 @@ func (r *replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.local[b].Add(1)
 	r.g.global[b].Add(1)
 	defer func() { r.local[b].Add(-1); r.g.global[b].Add(-1) }()
-	r.proxy.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), backendKey{}, b)))
+	// The body is read whole first, as a router that reads the model
+	// from it does (and tether does).
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	out := req.WithContext(context.WithValue(req.Context(), backendKey{}, b))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	r.proxy.ServeHTTP(w, out)
 }
 
 func (r *replica) choose(session string) int {
