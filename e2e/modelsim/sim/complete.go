@@ -59,8 +59,17 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind Kind) {
 	}
 }
 
-// prefill looks the prompt up in the prefix cache, spends the uncached
-// tokens' time, and then caches the prompt's full blocks.
+// prefill looks the prompt up in the prefix cache, caches the prompt's
+// full blocks, and spends the uncached tokens' time.
+//
+// The blocks are cached when they are allocated, before they are
+// computed, as vLLM v1's KV cache manager does ("If an allocated block is
+// already full of tokens, we immediately add it to the cache block, so
+// that the block can be reused by other requests in the same batch",
+// vLLM design docs, "Automatic Prefix Caching", Block Allocation): of
+// several requests that arrive together with one uncached prefix (an
+// agent's parallel tool calls), only the first computes it. Under
+// --serial-prefill the later ones also start their prefill after it ends.
 func (s *Server) prefill(ctx context.Context, run *run) {
 	n, bt := len(run.req.Tokens), s.opts.BlockTokens
 	hs := s.cache.hashes(run.req.Tokens, bt) // reads only the immutable seed: no lock
@@ -68,6 +77,7 @@ func (s *Server) prefill(ctx context.Context, run *run) {
 	// As in vLLM, the last prompt token is always computed (its logits give
 	// the first output token), so a full hit stops one block short.
 	run.cached = s.cache.match(hs, (n-1)/bt) * bt
+	s.cache.insert(hs)
 	s.mu.Unlock()
 
 	s.promptTokens.Add(int64(n))
@@ -84,9 +94,6 @@ func (s *Server) prefill(ctx context.Context, run *run) {
 	} else if s.timing.sleep(ctx, run.admitted, n-run.cached, prefillCost) != nil {
 		return
 	}
-	s.mu.Lock()
-	s.cache.insert(hs)
-	s.mu.Unlock()
 }
 
 // nextToken waits one decode step and accounts for the new token. The first

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -470,5 +471,48 @@ func TestSerialPrefillQueuesPrefills(t *testing.T) {
 	}
 	if slowest := max(<-took, <-took); slowest < 300*time.Millisecond {
 		t.Errorf("the later of two 150-token prefills finished after %v; one after the other they need 300ms", slowest)
+	}
+}
+
+// Requests that arrive together with the same uncached prompt (an agent's
+// parallel calls) compute it once: the blocks are cached when the first
+// request is scheduled, as vLLM v1 caches full blocks at allocation, and
+// under serial prefill the others start after it.
+func TestConcurrentSamePromptComputedOnce(t *testing.T) {
+	const bt, n = 4, 40
+	s, ts := start(t, Options{BlockTokens: bt, PrefillPerToken: 2 * time.Millisecond, SerialPrefill: true})
+	body, _ := json.Marshal(map[string]any{"prompt": words(n, "agent"), "max_tokens": 1})
+	type result struct {
+		a   answer
+		err error
+	}
+	results := make(chan result, 4)
+	for range cap(results) {
+		go func() {
+			var r result
+			resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(string(body)))
+			if r.err = err; err == nil {
+				r.err = json.NewDecoder(resp.Body).Decode(&r.a)
+				resp.Body.Close()
+			}
+			results <- r
+		}()
+	}
+	var cached []int
+	for range cap(results) {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		cached = append(cached, r.a.Usage.PromptTokensDetails.CachedTokens)
+	}
+	slices.Sort(cached)
+	// One computed all 40 tokens; the others the last block only (the
+	// last prompt token is always computed).
+	if want := []int{0, n - bt, n - bt, n - bt}; !slices.Equal(cached, want) {
+		t.Fatalf("cached tokens %v, want %v", cached, want)
+	}
+	if st := s.Stats(); st.CachedTokens != 3*(n-bt) {
+		t.Fatalf("stats %+v", st)
 	}
 }
