@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -68,6 +70,9 @@ func run() error {
 	// Warnings and errors are written at once; access lines in batches.
 	log := slog.New(logbuf.FlushAt(logjson.New(out, &slog.HandlerOptions{Level: levelVar}), out, slog.LevelWarn))
 
+	runtime.GOMAXPROCS(maxProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)))
+	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1))
+
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err
@@ -101,6 +106,23 @@ func run() error {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// defaultMaxProcs is how many threads run Go code unless GOMAXPROCS says
+// otherwise. A sidecar shares its node with the router it serves and, on
+// a GPU node, with dozens of cores it should not spread over (every extra
+// P adds cross-thread wake-ups per request, and GC workers): like Istio's
+// proxy (concurrency 2 by default), it runs on two. A CPU limit below
+// that (Go reads it) still lowers it.
+const defaultMaxProcs = 2
+
+// maxProcs is the GOMAXPROCS to run with: the environment's when set (Go
+// has applied it already), else Go's own choice capped at defaultMaxProcs.
+func maxProcs(env string, current int) int {
+	if env != "" {
+		return current
+	}
+	return min(current, defaultMaxProcs)
 }
 
 // logBufferBytes is the most log output held before it is written
