@@ -70,17 +70,17 @@ func run() error {
 	// Warnings and errors are written at once; access lines in batches.
 	log := slog.New(logbuf.FlushAt(logjson.New(out, &slog.HandlerOptions{Level: levelVar}), out, slog.LevelWarn))
 
-	runtime.GOMAXPROCS(maxProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)))
-	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1))
-
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err
 	}
 	if *check {
+		// Only the verdict: scripts compare this output.
 		fmt.Println("config ok")
 		return nil
 	}
+	runtime.GOMAXPROCS(maxProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)))
+	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1))
 	// The pod's identity, from the downward API; the only place that reads it.
 	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP"), LogLevel: levelVar}
 	if deps.PodName == "" {
