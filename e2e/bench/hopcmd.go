@@ -31,7 +31,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.StringVar(&h.streamRates, "stream-rates", d.streamRates, "offered rates of streamed requests (50 SSE events each)")
 	fs.DurationVar(&h.duration, "duration", d.duration, "measured time per point")
 	fs.DurationVar(&h.warmup, "warmup", d.warmup, "warm-up before each point, same rate, not recorded")
-	fs.BoolVar(&h.maxRate, "max-rate", d.maxRate, "find each proxy's highest sustained rate: p99 < 5ms (streamed: added over direct's), no errors, probed up a ladder of rates")
+	fs.BoolVar(&h.maxRate, "max-rate", d.maxRate, "find each proxy's highest sustained rate: p99 added over direct's < 5ms, no errors, probed up a ladder of rates")
 	fs.DurationVar(&h.probe, "probe", d.probe, "measured time of one rate-search probe")
 	fs.IntVar(&h.sessions, "sessions", d.sessions, "distinct X-Session-ID values")
 	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")

@@ -24,8 +24,9 @@ type Options struct {
 	Sessions    int // distinct X-Session-ID values (default 1000)
 	Warmup      time.Duration
 	Duration    time.Duration
-	// MaxRate searches the highest rate each proxy sustains with
-	// p99 < P99Limit, no errors and the offered rate completed.
+	// MaxRate searches the highest rate each proxy sustains with the
+	// p99 added over direct's < P99Limit, no errors and the offered rate
+	// completed.
 	MaxRate   bool
 	P99Limit  time.Duration
 	ProbeTime time.Duration // measured time of one search probe
@@ -189,11 +190,11 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 }
 
 // passes reports whether a run sustained its rate: no errors, (nearly)
-// every offered request completed in time, and p99 under the limit: the
-// end-to-end p99 for non-streaming responses; for streamed ones the p99
-// added over direct's at the same rung (a 50-event stream's own p99 is
-// above 5 ms without any proxy on this machine, so an end-to-end limit
-// would rank nothing).
+// every offered request completed in time, and the p99 the proxy added
+// over direct's at the same rung under the limit. Added, not end to end:
+// on a shared 2-core machine direct's own p99 (no proxy at all) crosses
+// 5 ms at 500 req/s in some minutes, and a 50-event stream's always does,
+// so an end-to-end limit would rank the machine, not the proxies.
 func passes(r *loadgen.Result, limit, direct time.Duration) bool {
 	return r.Errors == 0 && r.OK > 0 && r.Latency.Quantile(0.99)-direct < limit && r.Completed >= 0.95*r.Offered
 }
@@ -226,11 +227,10 @@ func climb(ctx context.Context, targets map[string]*target, backends []string, o
 			slices.Reverse(order)
 		}
 		var direct time.Duration
-		if mode == Streaming { // direct first: the others are measured against it
-			order = append([]string{Direct}, slices.DeleteFunc(order, func(p string) bool { return p == Direct })...)
-		}
+		// Direct first, and at every rung: the others are measured against it.
+		order = append([]string{Direct}, slices.DeleteFunc(order, func(p string) bool { return p == Direct })...)
 		for _, name := range order {
-			if !climbing[name] && !(mode == Streaming && name == Direct) {
+			if !climbing[name] && name != Direct {
 				continue
 			}
 			o.Step(fmt.Sprintf("hop %s %s: highest rate, %.0f/s", name, mode, rate))
@@ -240,7 +240,7 @@ func climb(ctx context.Context, targets map[string]*target, backends []string, o
 			}
 			i := slices.Index(o.Proxies, name)
 			out[i].Probes++
-			if mode == Streaming && name == Direct {
+			if name == Direct {
 				direct = p.Res.Latency.Quantile(0.99)
 			}
 			if !climbing[name] {

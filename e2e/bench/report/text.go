@@ -128,11 +128,7 @@ func headline(in *Input) *table.Table {
 				}
 			}
 			if tr != nil && hr != nil {
-				what := "p99"
-				if mode == hop.Streaming {
-					what = "p99 added over direct"
-				}
-				t.Add(fmt.Sprintf("highest rate at %s < %v, %s: tether vs HAProxy", what, r.Opts.P99Limit, mode),
+				t.Add(fmt.Sprintf("highest rate at p99 added over direct < %v, %s: tether vs HAProxy", r.Opts.P99Limit, mode),
 					fmt.Sprintf("%.0f vs %.0f req/s (%s)", tr.Rate, hr.Rate, hop.Ratio(tr.Rate, hr.Rate)))
 			}
 		}
