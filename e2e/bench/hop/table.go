@@ -103,7 +103,7 @@ func (r *Results) Tables() []*table.Table {
 		}
 	}
 	if len(r.Max) > 0 {
-		t := &table.Table{Title: fmt.Sprintf("highest rate sustained: p99 added over direct's at the same rung < %v, no errors, the offered rate completed; every proxy probed for %v at each rung of %v requests/s (streamed: %v) until its first failure", o.P99Limit, o.ProbeTime, ladder, streamLadder),
+		t := &table.Table{Title: fmt.Sprintf("highest rate sustained: p99 added over direct's at the same rung < %v, no errors, the offered rate completed; every proxy probed for %v at each rung of %v requests/s (streamed: %v) until its first failure, confirmed by a second probe after a fresh one of direct", o.P99Limit, o.ProbeTime, ladder, streamLadder),
 			Head: []string{"proxy", "mode", "requests/s", "×HAProxy"}}
 		for _, m := range r.Max {
 			s := fmt.Sprintf("%.0f", m.Rate)
