@@ -1,12 +1,16 @@
 package observe_test
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,15 +35,36 @@ const renderWindow = 10 * time.Second
 
 // renderPanels keeps the load running until start+*loadFor, with the
 // Redis store paused (SIGSTOP) for a stretch in the middle so the store
-// panels show an outage, then draws mainPanels from query_range results
-// into *pngDir/overview.png.
+// panels show an outage, then one backend resetting every connection for
+// a stretch so the rebind panels show its sessions moving, then draws
+// mainPanels from query_range results into *pngDir/overview.png.
 func renderPanels(t *testing.T, p *prom, s *system, start time.Time) {
 	load := max(*loadFor, 40*time.Second)
+	// Conversations that outlive the fault below, so that some are bound
+	// to the failing backend when it starts (the load's own last four
+	// turns: they rarely are); 32 of them, hashed over four backends.
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 32 {
+		wg.Go(func() {
+			for turn := 1; ctx.Err() == nil; turn++ {
+				chat(ctx, client, "http://"+s.sidecars[0].srv.PoolAddr("chat"), fmt.Sprintf("long-%d", i), min(turn, 8))
+				sleep(ctx, time.Second)
+			}
+		})
+	}
 	time.Sleep(time.Until(start.Add(load * 2 / 5)))
 	t.Logf("pausing redis-server for %s", load/6)
 	s.redis.Pause()
 	time.Sleep(load / 6)
 	s.redis.Resume()
+	time.Sleep(time.Until(start.Add(load * 7 / 10)))
+	t.Logf("backend %s resets every connection for %s", hostPort(s.sims[2]), load/8)
+	setFault(t, s.sims[2].URL, "reset")
+	time.Sleep(load / 8)
+	setFault(t, s.sims[2].URL, "none")
 	time.Sleep(time.Until(start.Add(load)))
 	end := time.Now()
 
@@ -104,6 +129,9 @@ func renderPanels(t *testing.T, p *prom, s *system, start time.Time) {
 		if n == 0 {
 			t.Errorf("panel %q: no series to draw", title)
 		}
+		// One time axis for every panel, whenever its series start.
+		pl.X.Min, pl.X.Max = 0, end.Sub(start).Seconds()
+		pl.X.Tick.Marker = secondTicks{}
 		pl.Y.Min = min(pl.Y.Min, 0)
 		pl.Y.Max *= 1.3 // room for the legend
 		plots[i/cols][i%cols] = pl
@@ -151,4 +179,36 @@ func legend(format string, labels map[string]string) string {
 		return fmt.Sprint(labels)
 	}
 	return out
+}
+
+// setFault makes the modelsim server at base fail its completions with
+// mode (modelsim's /sim/fault).
+func setFault(t *testing.T, base, mode string) {
+	t.Helper()
+	resp, err := http.Post(base+"/sim/fault?mode="+mode, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /sim/fault?mode=%s: %s", mode, resp.Status)
+	}
+}
+
+// secondTicks marks every 10 seconds, labelled every 20.
+type secondTicks struct{}
+
+func (secondTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for s := 0; float64(s) <= hi; s += 10 {
+		if float64(s) < lo {
+			continue
+		}
+		label := ""
+		if s%20 == 0 {
+			label = strconv.Itoa(s)
+		}
+		ts = append(ts, plot.Tick{Value: float64(s), Label: label})
+	}
+	return ts
 }
