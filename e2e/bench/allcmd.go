@@ -98,6 +98,7 @@ func allMain(ctx context.Context, args []string) error {
 	bar.Plan(1, 10*time.Second)
 	bar.Plan(len(ao.Policies), ao.Warmup+ao.Duration+5*time.Second)
 	ho.Step, so.Step, sco.Step, ao.Step = bar.Step, bar.Step, bar.Step, bar.Step
+	ho.Skip = bar.Skip
 
 	in := &report.Input{
 		Command:   "go run ./e2e/bench all " + strings.Join(args, " "),
@@ -162,7 +163,7 @@ func planHop(bar *progress.Bar, o hop.Options) {
 		}
 		bar.Plan(n*len(rates), o.Warmup+o.Duration+300*time.Millisecond)
 		if o.MaxRate {
-			bar.Plan(n, 5*(o.ProbeTime*5/4+300*time.Millisecond))
+			bar.Plan(hop.ClimbProbes(n, m), o.ProbeTime*5/4+300*time.Millisecond)
 		}
 	}
 }

@@ -34,6 +34,9 @@ type Options struct {
 	SidecarEnv []string
 	// Step is called before every measurement (progress reporting).
 	Step func(what string)
+	// Skip is told, at the end of each mode's search, how many of the
+	// ClimbProbes planned for it were not needed.
+	Skip func(n int)
 }
 
 func (o *Options) setDefaults() {
@@ -48,6 +51,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.ProbeTime == 0 {
 		o.ProbeTime = 2 * time.Second
+	}
+	if o.Skip == nil {
+		o.Skip = func(int) {}
 	}
 	if o.Step == nil {
 		o.Step = func(string) {}
@@ -205,6 +211,17 @@ var (
 	streamLadder = []float64{50, 100, 200, 300, 500, 750, 1000, 1500, 2000}
 )
 
+// ClimbProbes is the most probes a search of one mode makes over proxies
+// (direct included): every proxy at every rung, and a confirmation (direct
+// and the proxy again) of each proxy's one failure.
+func ClimbProbes(proxies int, mode Mode) int {
+	rungs := ladder
+	if mode == Streaming {
+		rungs = streamLadder
+	}
+	return len(rungs)*proxies + 2*(proxies-1)
+}
+
 // climb finds each proxy's highest sustained rate: every proxy still
 // passing is probed at each rung of the ladder, in turn (the order
 // reversed at every other rung, as the measured points are), so that all
@@ -219,6 +236,8 @@ func climb(ctx context.Context, targets map[string]*target, backends []string, o
 		rungs = streamLadder
 	}
 	out := make([]MaxRate, len(o.Proxies))
+	probes := 0
+	defer func() { o.Skip(ClimbProbes(len(o.Proxies), mode) - probes) }()
 	climbing := map[string]bool{}
 	for i, name := range o.Proxies {
 		out[i] = MaxRate{Proxy: name, Mode: mode, Capped: true}
@@ -239,6 +258,7 @@ func climb(ctx context.Context, targets map[string]*target, backends []string, o
 				return nil, err
 			}
 			out[slices.Index(o.Proxies, name)].Probes++
+			probes++
 			if name == Direct {
 				direct = p.Res.Latency.Quantile(0.99)
 			}

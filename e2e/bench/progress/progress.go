@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,19 @@ func (b *Bar) Plan(n int, each time.Duration) {
 		b.weights = append(b.weights, each)
 		b.total += each
 	}
+}
+
+// Skip drops the next n planned steps (after the one running): a part
+// that plans for its worst case (a search) says what it did not need.
+func (b *Bar) Skip(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	from := min(b.next, len(b.weights))
+	to := min(from+max(n, 0), len(b.weights))
+	for _, w := range b.weights[from:to] {
+		b.total -= w
+	}
+	b.weights = slices.Delete(b.weights, from, to)
 }
 
 // Start begins the clock and, on a terminal, redraws every second.
