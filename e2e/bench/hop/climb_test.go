@@ -1,0 +1,54 @@
+package hop
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/loadgen"
+)
+
+// result is a run at 1,000 req/s whose p99 is p99 (98 fast requests of
+// every hundred, two at p99).
+func result(p99 time.Duration, errors int, completed float64) *loadgen.Result {
+	h := new(loadgen.Histogram)
+	for i := range 1000 {
+		d := 500 * time.Microsecond
+		if i%100 >= 98 {
+			d = p99
+		}
+		h.Record(d)
+	}
+	return &loadgen.Result{Offered: 1000, OK: 1000 - errors, Errors: errors, Latency: h, Completed: completed}
+}
+
+func TestPassesJudgesTheAddedP99(t *testing.T) {
+	const limit = 5 * time.Millisecond
+	for _, c := range []struct {
+		name   string
+		res    *loadgen.Result
+		direct time.Duration
+		want   bool
+	}{
+		{"fast", result(2*time.Millisecond, 0, 1000), time.Millisecond, true},
+		// The machine's own tail (direct's p99 of 9 ms) is not the proxy's.
+		{"slow machine, little added", result(12*time.Millisecond, 0, 1000), 9 * time.Millisecond, true},
+		{"6 ms added", result(15*time.Millisecond, 0, 1000), 9 * time.Millisecond, false},
+		{"one error", result(time.Millisecond, 1, 1000), time.Millisecond, false},
+		{"fell behind the offered rate", result(time.Millisecond, 0, 900), time.Millisecond, false},
+	} {
+		if got := passes(c.res, limit, c.direct); got != c.want {
+			t.Errorf("%s: passes = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestClimbProbesCoversTheWorstCase(t *testing.T) {
+	// Direct and two proxies over nine rungs, each proxy's failure
+	// confirmed by probing direct and it again.
+	if got, want := ClimbProbes(3, NonStreaming), 9*3+2*2; got != want {
+		t.Errorf("ClimbProbes(3) = %d, want %d", got, want)
+	}
+	if got, want := ClimbProbes(3, Streaming), len(streamLadder)*3+4; got != want {
+		t.Errorf("ClimbProbes(3, streaming) = %d, want %d", got, want)
+	}
+}
