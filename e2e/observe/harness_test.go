@@ -47,6 +47,7 @@ import (
 type system struct {
 	redis    *redistest.Server
 	sims     []*httptest.Server
+	models   []*sim.Server // sims[i]'s handler (its fault switch)
 	sidecars []*sidecar
 	injector *injector
 }
@@ -80,9 +81,10 @@ func startSystem(t *testing.T) *system {
 	t.Helper()
 	s := &system{redis: redistest.Start(t)}
 	for i := range 3 {
-		srv := httptest.NewServer(sim.New(sim.Options{ID: fmt.Sprintf("sim-%d", i), PrefillPerToken: 20 * time.Microsecond, DecodePerToken: time.Millisecond}))
+		model := sim.New(sim.Options{ID: fmt.Sprintf("sim-%d", i), PrefillPerToken: 20 * time.Microsecond, DecodePerToken: time.Millisecond})
+		srv := httptest.NewServer(model)
 		t.Cleanup(srv.Close)
-		s.sims = append(s.sims, srv)
+		s.sims, s.models = append(s.sims, srv), append(s.models, model)
 	}
 	// A backend that is down: its sessions are rebound (connect_failed),
 	// retried and the backend is ejected, then tried again after

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherproxy/tether/e2e/modelsim/sim"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -62,9 +63,9 @@ func renderPanels(t *testing.T, p *prom, s *system, start time.Time) {
 	s.redis.Resume()
 	time.Sleep(time.Until(start.Add(load * 7 / 10)))
 	t.Logf("backend %s resets every connection for %s", hostPort(s.sims[2]), load/8)
-	setFault(t, s.sims[2].URL, "reset")
+	s.models[2].SetFault(sim.FaultReset)
 	time.Sleep(load / 8)
-	setFault(t, s.sims[2].URL, "none")
+	s.models[2].SetFault(sim.FaultNone)
 	time.Sleep(time.Until(start.Add(load)))
 	end := time.Now()
 
@@ -179,20 +180,6 @@ func legend(format string, labels map[string]string) string {
 		return fmt.Sprint(labels)
 	}
 	return out
-}
-
-// setFault makes the modelsim server at base fail its completions with
-// mode (modelsim's /sim/fault).
-func setFault(t *testing.T, base, mode string) {
-	t.Helper()
-	resp, err := http.Post(base+"/sim/fault?mode="+mode, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /sim/fault?mode=%s: %s", mode, resp.Status)
-	}
 }
 
 // secondTicks marks every 10 seconds, labelled every 20.

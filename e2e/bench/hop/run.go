@@ -215,11 +215,15 @@ var (
 // (direct included): every proxy at every rung, and a confirmation (direct
 // and the proxy again) of each proxy's one failure.
 func ClimbProbes(proxies int, mode Mode) int {
-	rungs := ladder
+	return len(rungsOf(mode))*proxies + 2*(proxies-1)
+}
+
+// rungsOf is mode's ladder.
+func rungsOf(mode Mode) []float64 {
 	if mode == Streaming {
-		rungs = streamLadder
+		return streamLadder
 	}
-	return len(rungs)*proxies + 2*(proxies-1)
+	return ladder
 }
 
 // climb finds each proxy's highest sustained rate: every proxy still
@@ -231,13 +235,15 @@ func ClimbProbes(proxies int, mode Mode) int {
 // more, back to back (a probe's p99 is its few slowest requests, and one
 // stall of a shared machine is enough to fail it).
 func climb(ctx context.Context, targets map[string]*target, backends []string, o Options, mode Mode) ([]MaxRate, error) {
-	rungs := ladder
-	if mode == Streaming {
-		rungs = streamLadder
-	}
+	rungs := rungsOf(mode)
 	out := make([]MaxRate, len(o.Proxies))
-	probes := 0
-	defer func() { o.Skip(ClimbProbes(len(o.Proxies), mode) - probes) }()
+	defer func() {
+		probes := 0
+		for _, m := range out {
+			probes += m.Probes
+		}
+		o.Skip(ClimbProbes(len(o.Proxies), mode) - probes)
+	}()
 	climbing := map[string]bool{}
 	for i, name := range o.Proxies {
 		out[i] = MaxRate{Proxy: name, Mode: mode, Capped: true}
@@ -258,7 +264,6 @@ func climb(ctx context.Context, targets map[string]*target, backends []string, o
 				return nil, err
 			}
 			out[slices.Index(o.Proxies, name)].Probes++
-			probes++
 			if name == Direct {
 				direct = p.Res.Latency.Quantile(0.99)
 			}
