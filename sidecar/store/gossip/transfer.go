@@ -56,7 +56,10 @@ import (
 // probe interval, whichever is longer) was not really apart: memberlist
 // marked it dead on a stale rumour and it refuted at once. It holds this
 // side's state, so it is no pull candidate; otherwise a replica could pull
-// from its own side after a heal and miss the other side's bindings.
+// from its own side after a heal and miss the other side's bindings. A
+// member that flaps while it is a pending candidate (it returned from a
+// real absence, then a stale rumour marked it dead before the pull
+// decision) stays one: its blip does not undo the absence before it.
 
 const (
 	metaVersion   = 1
@@ -96,9 +99,16 @@ type transfer struct {
 	// pulled since; its catch-up pull is still due.
 	metUnsynced map[string]struct{}
 	graceOnly   bool
-	gone        map[string]time.Time // when members left or were declared dead
-	minAbsence  time.Duration        // shorter absences are blips, not partitions
+	gone        map[string]absence // members that left or were declared dead
+	minAbsence  time.Duration      // shorter absences are blips, not partitions
 	pull        *pull
+}
+
+// absence is when a member left, and whether it was a pending pull
+// candidate then.
+type absence struct {
+	at      time.Time
+	pending bool
 }
 
 type syncReq struct {
@@ -124,7 +134,7 @@ func newTransfer(s *Store) *transfer {
 		burst:       map[string]struct{}{},
 		turned:      map[string]struct{}{},
 		metUnsynced: map[string]struct{}{},
-		gone:        map[string]time.Time{},
+		gone:        map[string]absence{},
 	}
 }
 
@@ -171,9 +181,9 @@ func (t *transfer) joined(n memberlist.Node) {
 	t.mu.Lock()
 	gone, wasGone := t.gone[n.Name]
 	delete(t.gone, n.Name)
-	blip := wasGone && now.Sub(gone) < t.minAbsence
+	blip := wasGone && now.Sub(gone.at) < t.minAbsence
 	ghost := t.ghost(&n)
-	candidate := peerSynced(&n) && !blip && !ghost
+	candidate := peerSynced(&n) && (!blip || gone.pending) && !ghost
 	if candidate {
 		t.burst[n.Name] = struct{}{}
 		t.lastJoin = now
@@ -216,13 +226,14 @@ func (t *transfer) left(n memberlist.Node) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.gone[n.Name] = now
+	_, pending := t.burst[n.Name]
+	t.gone[n.Name] = absence{at: now, pending: pending}
 	delete(t.burst, n.Name)
 	delete(t.turned, n.Name)
 	// metUnsynced keeps it: a member that flaps is still one met unsynced.
 	if len(t.gone) > 4096 { // members that never return
 		for name, at := range t.gone {
-			if now.Sub(at) > time.Hour {
+			if now.Sub(at.at) > time.Hour {
 				delete(t.gone, name)
 			}
 		}
