@@ -111,6 +111,7 @@ func (s *Store) receive(b []byte) {
 		s.log.Debug("gossip: dropped undecodable message", "bytes", len(b), "err", err)
 		return
 	}
+	s.heardFrom(m.From)
 	label := kindNames[m.Kind]
 	s.met.msgsRecv.WithLabelValues(label).Inc()
 	s.met.bytesRecv.WithLabelValues(label).Add(float64(len(b)))

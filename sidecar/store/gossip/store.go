@@ -127,6 +127,9 @@ type Store struct {
 	// memberlist under its own lock, so they are not read outside it.
 	othersMu sync.RWMutex
 	others   map[string]memberlist.Node
+	// heard is when each of them was last heard from (Unix nanoseconds):
+	// a message from it, or an ack of memberlist's probe.
+	heard map[string]*atomic.Int64
 
 	packetLimit int
 	out         chan pair       // deltas waiting for their direct send
@@ -170,6 +173,7 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options) (*Store, er
 		st:      newState(cfg.MaxEntries, opts.Clock().UnixMilli()),
 		out:     make(chan pair, 4096),
 		others:  map[string]memberlist.Node{},
+		heard:   map[string]*atomic.Int64{},
 		repairs: make(chan repairSend, 256),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -240,6 +244,7 @@ func (s *Store) memberlistConfig(cfg *config.GossipStore) (*memberlist.Config, e
 	mc.Logger = memberlistLogger(s.log)
 	mc.Delegate = delegate{s}
 	mc.Events = delegate{s}
+	mc.Ping = delegate{s}
 	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = wireVersion, wireVersion, wireVersion
 	switch {
 	case cfg.SecretKeyFile != "":
@@ -424,9 +429,21 @@ func (d delegate) NotifyUpdate(n *memberlist.Node) {
 func (d delegate) NotifyLeave(n *memberlist.Node) {
 	d.s.othersMu.Lock()
 	delete(d.s.others, n.Name)
+	var heard time.Time
+	if h := d.s.heard[n.Name]; h != nil {
+		heard = time.Unix(0, h.Load())
+	}
+	delete(d.s.heard, n.Name)
 	d.s.othersMu.Unlock()
-	d.s.xfer.left(*n)
+	d.s.xfer.left(*n, heard)
 }
+
+// NotifyPingComplete is memberlist's PingDelegate: a probe of other was
+// acknowledged.
+func (d delegate) NotifyPingComplete(other *memberlist.Node, _ time.Duration, _ []byte) {
+	d.s.heardFrom(other.Name)
+}
+func (d delegate) AckPayload() []byte { return nil }
 
 // setMember records n and returns the copy it replaces, if any.
 func (s *Store) setMember(n memberlist.Node) (old memberlist.Node, known bool) {
@@ -434,7 +451,23 @@ func (s *Store) setMember(n memberlist.Node) (old memberlist.Node, known bool) {
 	defer s.othersMu.Unlock()
 	old, known = s.others[n.Name]
 	s.others[n.Name] = n
+	if s.heard[n.Name] == nil {
+		h := new(atomic.Int64)
+		h.Store(time.Now().UnixNano())
+		s.heard[n.Name] = h
+	}
 	return old, known
+}
+
+// heardFrom records that the live member name was just heard from. Names
+// that are no live member (a forged or stale sender) are not remembered.
+func (s *Store) heardFrom(name string) {
+	s.othersMu.RLock()
+	h := s.heard[name]
+	s.othersMu.RUnlock()
+	if h != nil {
+		h.Store(time.Now().UnixNano())
+	}
 }
 
 // peers returns copies of the other live members.

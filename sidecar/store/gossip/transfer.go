@@ -53,8 +53,12 @@ import (
 // would answer; the pull would wait TransferTimeout) nor handed state.
 //
 // A member that rejoins after less than a blip (four gossip intervals or a
-// probe interval, whichever is longer) was not really apart: memberlist
-// marked it dead on a stale rumour and it refuted at once. It holds this
+// probe interval, whichever is longer), and had been heard from (a message
+// or a probe's ack) less than a blip before it was declared gone, was not
+// really apart: memberlist marked it dead on a stale rumour and it refuted
+// at once. (A partition is declared only after the failed probes and the
+// suspicion that follow the last contact, so a heal right after that
+// declaration is not mistaken for a blip.) It holds this
 // side's state, so it is no pull candidate; otherwise a replica could pull
 // from its own side after a heal and miss the other side's bindings. A
 // member that flaps while it is a pending candidate (it returned from a
@@ -104,11 +108,11 @@ type transfer struct {
 	pull        *pull
 }
 
-// absence is when a member left, and whether it was a pending pull
-// candidate then.
+// absence is when a member left, when it was last heard from before,
+// and whether it was a pending pull candidate then.
 type absence struct {
-	at      time.Time
-	pending bool
+	at, heard time.Time
+	pending   bool
 }
 
 type syncReq struct {
@@ -181,7 +185,7 @@ func (t *transfer) joined(n memberlist.Node) {
 	t.mu.Lock()
 	gone, wasGone := t.gone[n.Name]
 	delete(t.gone, n.Name)
-	blip := wasGone && now.Sub(gone.at) < t.minAbsence
+	blip := wasGone && now.Sub(gone.at) < t.minAbsence && gone.at.Sub(gone.heard) < t.minAbsence
 	ghost := t.ghost(&n)
 	candidate := peerSynced(&n) && (!blip || gone.pending) && !ghost
 	if candidate {
@@ -221,13 +225,14 @@ func (t *transfer) turnedSynced(n memberlist.Node) {
 	}
 }
 
-// left is memberlist's NotifyLeave (a graceful leave or a death).
-func (t *transfer) left(n memberlist.Node) {
+// left is memberlist's NotifyLeave (a graceful leave or a death) of a
+// member last heard from at heard.
+func (t *transfer) left(n memberlist.Node, heard time.Time) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, pending := t.burst[n.Name]
-	t.gone[n.Name] = absence{at: now, pending: pending}
+	t.gone[n.Name] = absence{at: now, heard: heard, pending: pending}
 	delete(t.burst, n.Name)
 	delete(t.turned, n.Name)
 	// metUnsynced keeps it: a member that flaps is still one met unsynced.

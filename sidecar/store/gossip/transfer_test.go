@@ -30,10 +30,24 @@ func candidate(t *transfer, name string) bool {
 func TestRejoinAfterBlipIsNoCandidate(t *testing.T) {
 	x := newTestTransfer()
 	n := syncedNode("b")
-	x.left(n)
+	x.left(n, time.Now())
 	x.joined(n)
 	if candidate(x, "b") {
 		t.Fatal("a member back after a blip is a pull candidate; it holds this side's state")
+	}
+}
+
+// A partition is declared dead only after failed probes and a suspicion
+// timeout: a heal right after that declaration is no blip, for the member
+// was last heard from long before it.
+func TestHealRightAfterLateDeclarationIsCandidate(t *testing.T) {
+	x := newTestTransfer()
+	x.minAbsence = time.Second
+	n := syncedNode("b")
+	x.left(n, time.Now().Add(-2*time.Second))
+	x.joined(n)
+	if !candidate(x, "b") {
+		t.Fatal("a member silent for 2s before it was declared gone, back at once, is no pull candidate")
 	}
 }
 
@@ -44,13 +58,13 @@ func TestFlapOfPendingCandidateKeepsIt(t *testing.T) {
 	x := newTestTransfer()
 	x.minAbsence = 0 // the partition: its absence was long
 	n := syncedNode("b")
-	x.left(n)
+	x.left(n, time.Now())
 	x.joined(n)
 	if !candidate(x, "b") {
 		t.Fatal("a member back from a partition is no pull candidate")
 	}
 	x.minAbsence = time.Hour // the flap that follows is a blip
-	x.left(n)
+	x.left(n, time.Now())
 	if candidate(x, "b") {
 		t.Fatal("a dead member is still a pull candidate")
 	}
@@ -62,7 +76,7 @@ func TestFlapOfPendingCandidateKeepsIt(t *testing.T) {
 	x.mu.Lock()
 	clear(x.burst)
 	x.mu.Unlock()
-	x.left(n)
+	x.left(n, time.Now())
 	x.joined(n)
 	if candidate(x, "b") {
 		t.Fatal("a blip long after the heal made a pull candidate")
