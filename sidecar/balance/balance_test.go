@@ -3,6 +3,7 @@ package balance
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tetherproxy/tether/sidecar/discovery"
 )
@@ -181,5 +182,43 @@ func TestPickOnlyAmongNearEquals(t *testing.T) {
 	}
 	if !seen["idle"] || len(seen) < 3 {
 		t.Fatalf("near-equals (4 vs 5 outstanding) not all chosen: %v", seen)
+	}
+}
+
+// Behind is how late a backend's unanswered requests are on average; a
+// request answered leaves nothing of itself behind.
+func TestBehindIsTheMeanLatenessOfUnansweredRequests(t *testing.T) {
+	b := New()
+	t0 := b.epoch.Add(time.Second) // whole microseconds since the epoch
+	if got := b.Behind("a", t0); got != 0 {
+		t.Fatalf("behind with nothing sent = %v, want 0", got)
+	}
+	b.Sent("a", t0)                           // due at once
+	b.Sent("a", t0.Add(100*time.Millisecond)) // a long prefill: due later
+	b.Sent("b", t0.Add(time.Second))
+	at := t0.Add(250 * time.Millisecond)
+	if got, want := b.Behind("a", at), 200*time.Millisecond; got != want {
+		t.Fatalf("behind(a) = %v, want %v (late by 250ms and 150ms)", got, want)
+	}
+	if got := b.Behind("b", at); got != 0 {
+		t.Fatalf("behind(b) = %v, want 0: its request is not due yet", got)
+	}
+	if got := b.Unanswered("a"); got != 2 {
+		t.Fatalf("unanswered(a) = %d, want 2", got)
+	}
+	b.Answered("a", t0)
+	if got, want := b.Behind("a", at), 150*time.Millisecond; got != want {
+		t.Fatalf("behind(a) after one answer = %v, want %v", got, want)
+	}
+	b.Answered("a", t0.Add(100*time.Millisecond))
+	b.Answered("b", t0.Add(time.Second))
+	if got := b.Behind("a", at) + b.Behind("b", at); got != 0 || b.Unanswered("a") != 0 {
+		t.Fatalf("behind after every answer = %v, unanswered %d; want 0, 0", got, b.Unanswered("a"))
+	}
+	b.mu.Lock()
+	left := len(b.unanswered)
+	b.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d backends still tracked with nothing unanswered", left)
 	}
 }

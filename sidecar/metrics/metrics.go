@@ -21,16 +21,19 @@ import (
 
 // Metrics are the request-path metrics.
 type Metrics struct {
-	Requests        *prometheus.CounterVec   // pool, decision, code, outcome
-	ResponseBytes   *prometheus.CounterVec   // pool
-	Sessions        *prometheus.CounterVec   // pool, result
-	Rebinds         *prometheus.CounterVec   // pool, reason
-	AffinityBroken  *prometheus.CounterVec   // pool, reason
-	StoreFallbacks  *prometheus.CounterVec   // pool, op
-	Retries         *prometheus.CounterVec   // pool, reason
-	InFlight        *prometheus.GaugeVec     // pool
-	UpstreamLatency *prometheus.HistogramVec // pool: until response headers
-	RequestDuration *prometheus.HistogramVec // pool: whole request incl. streaming
+	Requests       *prometheus.CounterVec // pool, decision, code, outcome
+	ResponseBytes  *prometheus.CounterVec // pool
+	Sessions       *prometheus.CounterVec // pool, result
+	Rebinds        *prometheus.CounterVec // pool, reason
+	AffinityBroken *prometheus.CounterVec // pool, reason
+	StoreFallbacks *prometheus.CounterVec // pool, op
+	Retries        *prometheus.CounterVec // pool, reason
+	// PlacementsDiverted counts placements the cost policy sent to
+	// another backend than the session key's.
+	PlacementsDiverted *prometheus.CounterVec   // pool
+	InFlight           *prometheus.GaugeVec     // pool
+	UpstreamLatency    *prometheus.HistogramVec // pool: until response headers
+	RequestDuration    *prometheus.HistogramVec // pool: whole request incl. streaming
 	// Usage counts the prompt and cached tokens backends report.
 	Usage *usage.Metrics
 }
@@ -71,6 +74,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tether_upstream_retries_total",
 			Help: "Requests retried on another backend because the first failed before any response byte, by reason (connect_failed, empty_response).",
 		}, []string{"pool", "reason"}),
+		PlacementsDiverted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_placements_diverted_total",
+			Help: "Sessions placed (new, rebound or moved) on another backend than the one their key chose, because soft affinity's cost policy expected their first token sooner there (a shorter queue, or a backend whose requests are not late), by pool.",
+		}, []string{"pool"}),
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tether_requests_in_flight",
 			Help: "Requests being proxied now.",
@@ -87,7 +94,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"pool"}),
 	}
 	reg.MustRegister(m.Requests, m.ResponseBytes, m.Sessions, m.Rebinds, m.AffinityBroken, m.StoreFallbacks, m.Retries,
-		m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
+		m.PlacementsDiverted, m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
 	m.Usage = usage.NewMetrics(reg)
 	return m
 }

@@ -115,14 +115,42 @@ func (e *Estimator) Learn(t Turn) {
 
 func ewma(old, sample float64) float64 { return old + weight*(sample-old) }
 
-// Load is a backend's scraped queue: requests waiting and running.
-type Load struct{ Waiting, Running float64 }
+// Load is a backend's queue: requests waiting and running (scraped), and
+// how late this replica's requests to it are (balance.Balancer.Behind).
+type Load struct {
+	Waiting, Running float64
+	Behind           time.Duration
+}
 
 // queueWait is the expected wait before a request sent now starts on a
 // backend: each of its running slots frees about once per service time,
-// and the waiting requests go first.
+// and the waiting requests go first; or, when longer, how late the
+// backend's unanswered requests already are (a long prefill holding its
+// compute delays requests that hold a running slot: they wait without
+// being counted as waiting).
 func (e *Estimator) queueWait(l Load) float64 {
-	return l.Waiting * e.service / math.Max(l.Running, 1)
+	return math.Max(l.Waiting*e.service/math.Max(l.Running, 1), l.Behind.Seconds())
+}
+
+// QueueWait is queueWait for callers comparing backends.
+func (e *Estimator) QueueWait(l Load) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return seconds(e.queueWait(l))
+}
+
+// Prefill is the expected prefill time of a request whose body is
+// bodyBytes long: of its uncached part when kept on its pinned backend
+// (whose cache holds all but the new turn), of the whole prompt
+// otherwise. The expected time to its headers, with no queue.
+func (e *Estimator) Prefill(bodyBytes int, kept bool) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prompt := float64(bodyBytes) / e.bytesPerToken
+	if kept {
+		prompt *= 1 - e.hitRatio
+	}
+	return seconds(prompt * e.prefillRate())
 }
 
 func (e *Estimator) prefillRate() float64 {

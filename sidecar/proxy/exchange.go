@@ -73,8 +73,10 @@ type exchange struct {
 	done  bool // the reverse proxy relayed the response to its end
 
 	// unanswered: the current attempt is counted in the balancer's
-	// Unanswered (sent, no response headers yet).
+	// Unanswered (sent, no response headers yet), with its headers due
+	// at due (the resolver's expectation; sent when it has none).
 	unanswered bool
+	due        time.Time
 
 	// The attempts that failed before any response byte and were
 	// retried, in order.
@@ -213,10 +215,11 @@ func (x *exchange) begin(d *resolve.Decision) {
 	x.d = d
 	x.held = d.Backend.ID
 	x.pool.Balancer.Hold(x.held)
-	x.pool.Balancer.Sent(d.Backend.ID)
-	x.unanswered = true
 	x.conn, x.reused, x.upErr, x.status, x.header = false, false, nil, 0, 0
 	x.sent = x.h.o.Now()
+	x.due = x.sent.Add(x.pool.Resolver.ExpectedHeader(d))
+	x.pool.Balancer.Sent(d.Backend.ID, x.due)
+	x.unanswered = true
 }
 
 // unhold ends the balancer's count of the current attempt, if any.
@@ -232,7 +235,7 @@ func (x *exchange) unhold() {
 func (x *exchange) answeredOrNot() {
 	if x.unanswered {
 		x.unanswered = false
-		x.pool.Balancer.Answered(x.d.Backend.ID)
+		x.pool.Balancer.Answered(x.d.Backend.ID, x.due)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/usage"
 )
@@ -142,5 +143,87 @@ func TestCostPolicy(t *testing.T) {
 				t.Fatalf("moved to %s, overload breaks %v", d.Backend.ID, f.broken(ReasonOverload))
 			}
 		})
+	}
+}
+
+// TestCostPolicySeesALateBackend: the pinned backend reports no queue,
+// but this replica's requests to it are late (a long prefill holds its
+// compute, and requests that hold a running slot wait unseen by the
+// waiting gauge): the cost policy counts the lateness as queue wait.
+// 4,000 tokens at 1,000 tokens/s: 4 s elsewhere, 0.4 s on the warm pin.
+func TestCostPolicySeesALateBackend(t *testing.T) {
+	for _, tc := range []struct {
+		late time.Duration
+		move bool
+	}{
+		{0, false},
+		{3 * time.Second, false}, // 3.4 s against 4 s
+		{6 * time.Second, true},  // 6.4 s > 1.25 × 4 s
+	} {
+		f, l := softFixture(t, true)
+		a := f.r.o.Affinity
+		a.Cost, a.CostMargin, a.PrefillTokensPerSecond = true, 0.25, 1000
+		f.r.setAffinity(a)
+		first := f.resolveBody(t, "s1", 16000)
+		idleExcept(l, first.Backend.ID, 0)
+		f.r.o.Balancer.Sent(first.Backend.ID, f.r.o.Now().Add(-tc.late))
+		d := f.resolveBody(t, "s1", 16000)
+		if moved := d.Outcome == Broken; moved != tc.move {
+			t.Fatalf("pinned backend late by %v: %s on %s (pinned %s), want moved=%v", tc.late, d.Outcome, d.Backend.ID, first.Backend.ID, tc.move)
+		}
+	}
+}
+
+// TestExpectedHeader is the prefill the proxy expects before a decision's
+// response headers: of the new turn on a kept pin, of the whole prompt
+// otherwise, and nothing outside the cost policy.
+func TestExpectedHeader(t *testing.T) {
+	f, _ := softFixture(t, true)
+	if d := f.resolveBody(t, "s1", 16000); f.r.ExpectedHeader(d) != 0 {
+		t.Fatalf("threshold policy expects %v before headers, want 0", f.r.ExpectedHeader(d))
+	}
+	a := f.r.o.Affinity
+	a.Cost, a.PrefillTokensPerSecond = true, 1000
+	f.r.setAffinity(a)
+	near := func(got, want time.Duration) bool { return (got - want).Abs() <= time.Microsecond }
+	if d := f.resolveBody(t, "s2", 16000); d.Outcome != Miss || !near(f.r.ExpectedHeader(d), 4*time.Second) {
+		t.Fatalf("%s: expects %v, want 4s (4,000 tokens at 1,000/s)", d.Outcome, f.r.ExpectedHeader(d))
+	}
+	if d := f.resolveBody(t, "s2", 16000); d.Outcome != Hit || !near(f.r.ExpectedHeader(d), 400*time.Millisecond) {
+		t.Fatalf("%s: expects %v, want 400ms (the 10%% not cached)", d.Outcome, f.r.ExpectedHeader(d))
+	}
+}
+
+// TestCostPolicyDivertsPlacementFromALateBackend: a new session goes
+// where its key hashes unless the cost policy expects its first token
+// sooner elsewhere by the margin: the hashed backend's requests are late
+// by more than its whole prompt's prefill. Counted in
+// tether_placements_diverted_total.
+func TestCostPolicyDivertsPlacementFromALateBackend(t *testing.T) {
+	for _, tc := range []struct {
+		late   time.Duration
+		divert bool
+	}{
+		{0, false},
+		{500 * time.Millisecond, false}, // 0.5 s + 4 s against 4 s: within the margin
+		{2 * time.Second, true},         // 6 s > 1.25 × 4 s
+	} {
+		f, l := softFixture(t, true)
+		f.r.o.Balancer = balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon))
+		a := f.r.o.Affinity
+		a.Cost, a.CostMargin, a.PrefillTokensPerSecond = true, 0.25, 1000
+		f.r.setAffinity(a)
+		idleExcept(l, "a", 0)
+		// Where s1 hashes: as a resolver without the cost policy places it.
+		g, gl := softFixture(t, true)
+		g.r.o.Balancer = balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon))
+		idleExcept(gl, "a", 0)
+		want := g.resolveBody(t, "s1", 16000).Backend.ID
+		f.r.o.Balancer.Sent(want, f.r.o.Now().Add(-tc.late))
+		d := f.resolveBody(t, "s1", 16000)
+		diverted := testutil.ToFloat64(f.r.o.Metrics.PlacementsDiverted.WithLabelValues("ns/pool"))
+		if got := d.Backend.ID != want; got != tc.divert || diverted != map[bool]float64{true: 1}[tc.divert] {
+			t.Fatalf("hashed backend %s late by %v: placed on %s (diverted counted %v), want diverted=%v", want, tc.late, d.Backend.ID, diverted, tc.divert)
+		}
 	}
 }

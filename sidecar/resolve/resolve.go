@@ -228,6 +228,7 @@ type poolMetrics struct {
 	rebinds   map[Reason]func() prometheus.Counter
 	broken    map[Reason]func() prometheus.Counter // tether_affinity_broken_total{reason}
 	fallbacks map[string]func() prometheus.Counter
+	diverted  func() prometheus.Counter // tether_placements_diverted_total
 }
 
 func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
@@ -249,6 +250,7 @@ func newPoolMetrics(m *metrics.Metrics, pool string) poolMetrics {
 	for _, op := range []string{opLookup, opCreate, opDelete} {
 		pm.fallbacks[op] = metrics.Child(m.StoreFallbacks.WithLabelValues, pool, op)
 	}
+	pm.diverted = metrics.Child(m.PlacementsDiverted.WithLabelValues, pool)
 	return pm
 }
 
@@ -553,14 +555,19 @@ func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backe
 			func(b discovery.Backend) bool { return !r.o.Outliers.Failing(b.ID) },
 			func(discovery.Backend) bool { return true },
 		} {
-			if be, pf, found := r.pickIf(set, d.pol.PD, "", func(b discovery.Backend) bool {
+			also := func(b discovery.Backend) bool {
 				return b.ID != avoid && !slices.Contains(d.tried, b.ID) && ok(b)
-			}); found {
-				return be, pf, true
+			}
+			if be, pf, found := r.pickIf(set, d.pol.PD, "", also); found {
+				return r.sooner(set, d, be, also), pf, true
 			}
 		}
 	}
-	return r.pickIf(set, d.pol.PD, d.storeKey, func(discovery.Backend) bool { return true })
+	be, pf, ok = r.pickIf(set, d.pol.PD, d.storeKey, func(discovery.Backend) bool { return true })
+	if ok {
+		be = r.sooner(set, d, be, func(discovery.Backend) bool { return true })
+	}
+	return be, pf, ok
 }
 
 func (r *Resolver) pickIf(set *discovery.Set, pd bool, key string, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {

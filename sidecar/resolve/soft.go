@@ -70,21 +70,23 @@ func (r *Resolver) shorterQueue(set *discovery.Set, be discovery.Backend, maxWai
 // costlier is the cost policy: another live backend is expected to reach
 // the turn's first token sooner than be by the cost margin (by any margin
 // when the pin is cold: it has no cache to protect). The other backend
-// compared is the least-queued, which the move's pick (by load) favours.
+// compared is the one with the least expected queue wait.
 func (r *Resolver) costlier(set *discovery.Set, d *Decision, be discovery.Backend, cold bool) bool {
-	w, run, ok := r.o.Load.Queue(be.ID)
+	pinned, ok := r.queue(be.ID)
 	if !ok {
 		return false
 	}
-	pinned := pincost.Load{Waiting: w, Running: run}
 	var best pincost.Load
+	var bestWait time.Duration
 	found := false
 	for _, c := range set.Backends {
 		if c.ID == be.ID || r.o.Outliers.Ejected(c.ID) {
 			continue
 		}
-		if cw, cr, ok := r.o.Load.Queue(c.ID); ok && (!found || cw < best.Waiting || cw == best.Waiting && cr < best.Running) {
-			best, found = pincost.Load{Waiting: cw, Running: cr}, true
+		if l, ok := r.queue(c.ID); ok {
+			if w := r.est.QueueWait(l); !found || w < bestWait || w == bestWait && l.Running < best.Running {
+				best, bestWait, found = l, w, true
+			}
 		}
 	}
 	if !found {
@@ -95,6 +97,72 @@ func (r *Resolver) costlier(set *discovery.Set, d *Decision, be discovery.Backen
 		margin = 0
 	}
 	return r.est.Compare(d.bodyBytes, pinned, best, cold).Better(margin)
+}
+
+// sooner is the cost policy's say in a placement (a new session, a
+// rebind, a moved pin) that chose backend chosen: another live backend
+// that also accepts, where the session's first token is expected sooner
+// by the cost margin, or chosen. The session's prompt is cached on
+// neither, so its prefill is the same on both and only the queue wait
+// (the scraped queue, and how late this replica's requests are: a long
+// prefill holding a backend's compute) differs. Outside the cost policy,
+// in PD pools (their pair is placed together) and without fresh scrapes,
+// it is chosen.
+func (r *Resolver) sooner(set *discovery.Set, d *Decision, chosen discovery.Backend, also func(discovery.Backend) bool) discovery.Backend {
+	if r.est == nil || !r.o.Affinity.Cost || r.o.Load == nil || d.pol.PD {
+		return chosen
+	}
+	cl, ok := r.queue(chosen.ID)
+	if !ok {
+		return chosen
+	}
+	best, bestWait := chosen, r.est.QueueWait(cl)
+	for _, c := range set.Backends {
+		if c.ID == chosen.ID || r.o.Outliers.Ejected(c.ID) || !also(c) {
+			continue
+		}
+		if l, ok := r.queue(c.ID); ok {
+			if w := r.est.QueueWait(l); w < bestWait {
+				best, bestWait = c, w
+			}
+		}
+	}
+	if best.ID == chosen.ID {
+		return chosen
+	}
+	prefill := r.est.Prefill(d.bodyBytes, false)
+	keep, move := r.est.QueueWait(cl)+prefill, bestWait+prefill
+	if (pincost.Estimate{Keep: keep, Move: move}).Better(r.o.Affinity.CostMargin) {
+		r.m.diverted().Inc()
+		return best
+	}
+	return chosen
+}
+
+// queue is backend id's load as the cost policy sees it: the scraped
+// queue, and how late this replica's requests to it are. ok is false
+// without a fresh scrape.
+func (r *Resolver) queue(id string) (pincost.Load, bool) {
+	w, run, ok := r.o.Load.Queue(id)
+	if !ok {
+		return pincost.Load{}, false
+	}
+	var behind time.Duration
+	if r.o.Balancer != nil {
+		behind = r.o.Balancer.Behind(id, r.o.Now())
+	}
+	return pincost.Load{Waiting: w, Running: run, Behind: behind}, true
+}
+
+// ExpectedHeader is how long d's backend is expected to take before its
+// response headers, with no queue: its prefill, in a pool whose cost
+// policy learns it; 0 elsewhere. The proxy counts d's request late after
+// it (balance.Balancer.Behind).
+func (r *Resolver) ExpectedHeader(d *Decision) time.Duration {
+	if r.est == nil || !r.o.Affinity.Cost || d == nil {
+		return 0
+	}
+	return r.est.Prefill(d.bodyBytes, d.Outcome == Hit)
 }
 
 // Report is what the response to a decision showed.
@@ -112,10 +180,12 @@ func (r *Resolver) Reported(d *Decision, rep Report) {
 		return
 	}
 	u := rep.Usage
+	// A turn that waited says nothing of the prefill rate: one sent to a
+	// backend with requests waiting, or whose requests are late now.
 	queued := false
 	if r.o.Load != nil {
 		w, ok := r.o.Load.Waiting(d.Backend.ID)
-		queued = !ok || w > 0
+		queued = !ok || w > 0 || r.o.Balancer != nil && r.o.Balancer.Behind(d.Backend.ID, r.o.Now()) > 0
 	}
 	kept := d.Outcome == Hit
 	r.est.Learn(pincost.Turn{BodyBytes: d.bodyBytes, PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens,
