@@ -26,7 +26,7 @@ var (
 	fullHop = hopFlags{
 		proxies: strings.Join(hop.AllProxies, ","), modes: "non-streaming,streaming",
 		rates: "1000,2000,5000", streamRates: "200,500",
-		duration: 3 * time.Second, warmup: time.Second, maxRate: true, probe: 1500 * time.Millisecond,
+		duration: 3 * time.Second, warmup: 500 * time.Millisecond, maxRate: true, probe: 1200 * time.Millisecond,
 		sessions: 1000, backends: 3,
 	}
 	fullSticky = stickyDefaults

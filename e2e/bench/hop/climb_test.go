@@ -43,9 +43,9 @@ func TestPassesJudgesTheAddedP99(t *testing.T) {
 }
 
 func TestClimbProbesCoversTheWorstCase(t *testing.T) {
-	// Direct and two proxies over nine rungs, each proxy's failure
+	// Direct and two proxies over every rung, each proxy's failure
 	// confirmed by probing direct and it again.
-	if got, want := ClimbProbes(3, NonStreaming), 9*3+2*2; got != want {
+	if got, want := ClimbProbes(3, NonStreaming), len(ladder)*3+2*2; got != want {
 		t.Errorf("ClimbProbes(3) = %d, want %d", got, want)
 	}
 	if got, want := ClimbProbes(3, Streaming), len(streamLadder)*3+4; got != want {

@@ -107,8 +107,11 @@ func (r *Results) Tables() []*table.Table {
 			Head: []string{"proxy", "mode", "requests/s", "×HAProxy"}}
 		for _, m := range r.Max {
 			s := fmt.Sprintf("%.0f", m.Rate)
-			if m.Capped {
+			switch {
+			case m.Capped:
 				s = "≥ " + s
+			case m.Rate == 0: // failed the first rung
+				s = fmt.Sprintf("< %.0f", rungsOf(m.Mode)[0])
 			}
 			ratio := "—"
 			for _, h := range r.Max {
