@@ -20,7 +20,7 @@ import (
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
 )
 
-// The full run's parameters (make bench, about 16 minutes on 2 cores;
+// The full run's parameters (make bench, about 19 minutes on 2 cores;
 // the affinity section runs with affinity.Defaults, bench affinity's).
 var (
 	fullHop = hopFlags{
