@@ -26,16 +26,18 @@ type Balancer struct {
 	epsilon  float64 // how far above the mean load a hashed choice may be
 
 	// unanswered counts, per backend, the outstanding requests that have
-	// no response headers yet (Sent, Answered), and sums when their
-	// headers were due.
-	unanswered map[string]pending
-	epoch      time.Time // due times are kept as microseconds since
+	// no response headers yet (Sent, Answered).
+	unanswered map[string]int64
+	// due are, per backend, the timed requests whose first token has not
+	// arrived yet (Due, Done).
+	due   map[string]pending
+	epoch time.Time // due times are kept as microseconds since
 }
 
-// pending are one backend's unanswered requests: how many, and the sum of
-// their due times in microseconds since the Balancer's epoch (exact
-// integers: adding and removing a request leaves no rounding behind; a
-// year of uptime times 100,000 requests still fits an int64).
+// pending are one backend's timed requests: how many, and the sum of when
+// their first tokens are due, in microseconds since the Balancer's epoch
+// (exact integers: adding and removing a request leaves no rounding
+// behind; a year of uptime times 100,000 requests still fits an int64).
 type pending struct{ n, dueSum int64 }
 
 // Option configures a Balancer.
@@ -51,7 +53,8 @@ func WithRand(intN func(n int) int) Option { return func(b *Balancer) { b.intN =
 
 // New returns a Balancer.
 func New(opts ...Option) *Balancer {
-	b := &Balancer{inflight: make(map[string]int64), unanswered: make(map[string]pending), intN: rand.IntN, epoch: time.Now()}
+	b := &Balancer{inflight: make(map[string]int64), unanswered: make(map[string]int64), due: make(map[string]pending),
+		intN: rand.IntN, epoch: time.Now()}
 	for _, o := range opts {
 		o(b)
 	}
@@ -92,31 +95,19 @@ func (b *Balancer) Outstanding(id string) int64 {
 }
 
 // Sent counts a request sent to backend id as unanswered until Answered
-// is called for it with the same due (its response headers arrived, or
-// the attempt ended without them): the caller calls Answered once for
-// every Sent. due is when its headers are expected: the time sent plus
-// the backend's expected work before them (its prefill), or the time
-// sent when nothing is expected.
-func (b *Balancer) Sent(id string, due time.Time) {
-	us := due.Sub(b.epoch).Microseconds()
+// is called for it (its response headers arrived, or the attempt ended
+// without them): the caller calls Answered once for every Sent.
+func (b *Balancer) Sent(id string) {
 	b.mu.Lock()
-	p := b.unanswered[id]
-	p.n++
-	p.dueSum += us
-	b.unanswered[id] = p
+	b.unanswered[id]++
 	b.mu.Unlock()
 }
 
-// Answered ends the count of one request Sent to id with due.
-func (b *Balancer) Answered(id string, due time.Time) {
-	us := due.Sub(b.epoch).Microseconds()
+// Answered ends the count of one request Sent to id.
+func (b *Balancer) Answered(id string) {
 	b.mu.Lock()
-	p := b.unanswered[id]
-	if p.n--; p.n <= 0 {
+	if b.unanswered[id]--; b.unanswered[id] <= 0 {
 		delete(b.unanswered, id)
-	} else {
-		p.dueSum -= us
-		b.unanswered[id] = p
 	}
 	b.mu.Unlock()
 }
@@ -127,18 +118,47 @@ func (b *Balancer) Answered(id string, due time.Time) {
 func (b *Balancer) Unanswered(id string) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.unanswered[id].n
+	return b.unanswered[id]
 }
 
-// Behind is how late, on average, this replica's unanswered requests to
-// id are at now: now minus the mean of their due times, or 0 when they
-// are on time or there are none. It sees a backend fall behind as it
-// happens (a long prefill holding its compute delays everything queued
-// behind it), where a scraped queue length says nothing until requests
-// wait for a slot, and a latency average only after they were answered.
+// Due times a request sent to backend id whose first token is expected
+// by due (sent, plus the backend's expected work before it: its
+// prefill), until Done is called with the same due (the first token
+// arrived, or the attempt ended without it): the caller calls Done once
+// for every Due.
+func (b *Balancer) Due(id string, due time.Time) {
+	us := due.Sub(b.epoch).Microseconds()
+	b.mu.Lock()
+	p := b.due[id]
+	p.n++
+	p.dueSum += us
+	b.due[id] = p
+	b.mu.Unlock()
+}
+
+// Done ends the timing of one request Due on id by due.
+func (b *Balancer) Done(id string, due time.Time) {
+	us := due.Sub(b.epoch).Microseconds()
+	b.mu.Lock()
+	p := b.due[id]
+	if p.n--; p.n <= 0 {
+		delete(b.due, id)
+	} else {
+		p.dueSum -= us
+		b.due[id] = p
+	}
+	b.mu.Unlock()
+}
+
+// Behind is how late, on average, this replica's timed requests to id
+// are at now: now minus the mean of their due times, or 0 when they are
+// on time or there are none. It sees a backend fall behind as it happens
+// (a long prefill holding its compute delays everything queued behind
+// it), where a scraped queue length says nothing until requests wait for
+// a slot, and a latency average only after they were answered.
 func (b *Balancer) Behind(id string, now time.Time) time.Duration {
 	b.mu.Lock()
-	p := b.unanswered[id]
+	p := b.due[id]
 	b.mu.Unlock()
 	if p.n == 0 {
 		return 0

@@ -71,13 +71,15 @@ func New(prefillTokensPerSecond float64) *Estimator {
 
 // Turn is what one relayed response taught.
 type Turn struct {
-	BodyBytes    int           // the request body's size
-	PromptTokens int64         // usage.prompt_tokens
-	CachedTokens int64         // usage.prompt_tokens_details.cached_tokens
-	HasCached    bool          // the backend reports cached tokens
-	Kept         bool          // the turn went to the session's pinned backend (a hit)
-	Header       time.Duration // time to the response headers (queue + prefill)
-	Duration     time.Duration // the whole request
+	BodyBytes    int   // the request body's size
+	PromptTokens int64 // usage.prompt_tokens
+	CachedTokens int64 // usage.prompt_tokens_details.cached_tokens
+	HasCached    bool  // the backend reports cached tokens
+	Kept         bool  // the turn went to the session's pinned backend (a hit)
+	// FirstToken is the time to a stream's first token (queue +
+	// prefill); 0 for a whole response, whose time includes its decode.
+	FirstToken time.Duration
+	Duration   time.Duration // the whole request
 	// Queued says the backend had requests waiting when the turn was
 	// sent: its time to headers includes a queue and says nothing of
 	// the prefill rate.
@@ -103,8 +105,8 @@ func (e *Estimator) Learn(t Turn) {
 	if t.Kept {
 		e.hitRatio = ewma(e.hitRatio, float64(t.CachedTokens)/float64(t.PromptTokens))
 	}
-	if uncached := t.PromptTokens - t.CachedTokens; !t.Queued && uncached >= minPrefillSample && t.Header > 0 {
-		s := t.Header.Seconds() / float64(uncached)
+	if uncached := t.PromptTokens - t.CachedTokens; !t.Queued && uncached >= minPrefillSample && t.FirstToken > 0 {
+		s := t.FirstToken.Seconds() / float64(uncached)
 		if e.secPerToken == 0 {
 			e.secPerToken = s
 		} else {

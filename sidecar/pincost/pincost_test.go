@@ -48,12 +48,12 @@ func TestLearn(t *testing.T) {
 	for range 200 {
 		// 1,000 uncached tokens in 500 ms: 2,000 tokens/s.
 		e.Learn(Turn{BodyBytes: 6000, PromptTokens: 2000, CachedTokens: 1000, HasCached: true, Kept: true,
-			Header: 500 * time.Millisecond, Duration: 2 * time.Second})
+			FirstToken: 500 * time.Millisecond, Duration: 2 * time.Second})
 		// Ignored for the rate: queued, or too few uncached tokens.
 		e.Learn(Turn{BodyBytes: 6000, PromptTokens: 2000, CachedTokens: 1000, HasCached: true, Kept: true,
-			Header: 50 * time.Second, Duration: 2 * time.Second, Queued: true})
+			FirstToken: 50 * time.Second, Duration: 2 * time.Second, Queued: true})
 		e.Learn(Turn{BodyBytes: 6000, PromptTokens: 2000, CachedTokens: 1990, HasCached: true, Kept: false,
-			Header: 5 * time.Second, Duration: 2 * time.Second})
+			FirstToken: 5 * time.Second, Duration: 2 * time.Second})
 	}
 	f := e.Figures()
 	near := func(got, want float64) bool { return got > want*0.98 && got < want*1.02 }
@@ -66,13 +66,13 @@ func TestLearn(t *testing.T) {
 	}
 	// A configured rate is not overridden.
 	fixed := New(500)
-	fixed.Learn(Turn{PromptTokens: 2000, HasCached: true, Header: time.Second})
+	fixed.Learn(Turn{PromptTokens: 2000, HasCached: true, FirstToken: time.Second})
 	if r := fixed.Figures().PrefillTokensPerSecond; r != 500 {
 		t.Fatalf("configured rate became %v", r)
 	}
 	// No prompt tokens: nothing learned (and no division by zero).
 	before := e.Figures()
-	e.Learn(Turn{BodyBytes: 10, Header: time.Second})
+	e.Learn(Turn{BodyBytes: 10, FirstToken: time.Second})
 	if e.Figures() != before {
 		t.Fatal("a turn without prompt tokens was learned")
 	}

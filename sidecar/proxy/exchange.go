@@ -73,10 +73,14 @@ type exchange struct {
 	done  bool // the reverse proxy relayed the response to its end
 
 	// unanswered: the current attempt is counted in the balancer's
-	// Unanswered (sent, no response headers yet), with its headers due
-	// at due (the resolver's expectation; sent when it has none).
+	// Unanswered (sent, no response headers yet).
 	unanswered bool
+	// timed: the current attempt is a stream the cost policy times (the
+	// balancer's Due): its first token is due at due. firstToken is the
+	// time to its first token (the stream's first body bytes); 0 before.
+	timed      bool
 	due        time.Time
+	firstToken time.Duration
 
 	// The attempts that failed before any response byte and were
 	// retried, in order.
@@ -116,10 +120,15 @@ type upstreamBody struct {
 	io.ReadCloser
 	err  error
 	scan *usage.Scanner
+	x    *exchange // notes a timed stream's first token
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if n > 0 && b.x.timed {
+		b.x.firstToken = b.x.h.o.Now().Sub(b.x.sent)
+		b.x.untimed()
+	}
 	if b.scan != nil && n > 0 {
 		b.scan.Write(p[:n])
 	}
@@ -155,6 +164,7 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 		out.Body, out.ContentLength, out.GetBody = io.NopCloser(&x.reqBody), int64(len(body)), x.rewind
 		p.rp.ServeHTTP(x, out)
 		x.answeredOrNot()
+		x.untimed()
 		if x.upErr == nil {
 			x.done = true // (a stream cut short panics out of ServeHTTP instead)
 			return
@@ -215,11 +225,14 @@ func (x *exchange) begin(d *resolve.Decision) {
 	x.d = d
 	x.held = d.Backend.ID
 	x.pool.Balancer.Hold(x.held)
-	x.conn, x.reused, x.upErr, x.status, x.header = false, false, nil, 0, 0
-	x.sent = x.h.o.Now()
-	x.due = x.sent.Add(x.pool.Resolver.ExpectedHeader(d))
-	x.pool.Balancer.Sent(d.Backend.ID, x.due)
+	x.pool.Balancer.Sent(d.Backend.ID)
 	x.unanswered = true
+	x.conn, x.reused, x.upErr, x.status, x.header, x.firstToken = false, false, nil, 0, 0, 0
+	x.sent = x.h.o.Now()
+	if prefill, ok := x.pool.Resolver.FirstTokenDue(d); ok {
+		x.timed, x.due = true, x.sent.Add(prefill)
+		x.pool.Balancer.Due(d.Backend.ID, x.due)
+	}
 }
 
 // unhold ends the balancer's count of the current attempt, if any.
@@ -235,7 +248,16 @@ func (x *exchange) unhold() {
 func (x *exchange) answeredOrNot() {
 	if x.unanswered {
 		x.unanswered = false
-		x.pool.Balancer.Answered(x.d.Backend.ID, x.due)
+		x.pool.Balancer.Answered(x.d.Backend.ID)
+	}
+}
+
+// untimed ends the current attempt's timing (Balancer.Due): its first
+// token arrived, or it ended without one.
+func (x *exchange) untimed() {
+	if x.timed {
+		x.timed = false
+		x.pool.Balancer.Done(x.d.Backend.ID, x.due)
 	}
 }
 
@@ -252,11 +274,15 @@ func (x *exchange) answered(resp *http.Response) {
 	x.header = x.h.o.Now().Sub(x.sent)
 	x.status = resp.StatusCode
 	if resp.StatusCode != http.StatusSwitchingProtocols { // an upgraded body must stay writable
-		x.upBody = upstreamBody{ReadCloser: resp.Body}
+		x.upBody = upstreamBody{ReadCloser: resp.Body, x: x}
 		resp.Body = &x.upBody
-		if stream, ok := reportsUsage(resp); ok {
+		stream, ok := reportsUsage(resp)
+		if ok {
 			x.usage.Reset(stream)
 			x.upBody.scan = &x.usage
+		}
+		if !stream { // a whole response (or an error) has no first token to wait for
+			x.untimed()
 		}
 	}
 }
@@ -446,7 +472,7 @@ func (x *exchange) finish() {
 				attrs = append(attrs, slog.Int64("cached_tokens", u.CachedTokens))
 			}
 			x.pool.m.usage.Observe(decision, u)
-			x.pool.Resolver.Reported(d, resolve.Report{Header: x.header, Duration: elapsed, Usage: u})
+			x.pool.Resolver.Reported(d, resolve.Report{FirstToken: x.firstToken, Duration: elapsed, Usage: u})
 		}
 	}
 	attrs = append(attrs,

@@ -3,6 +3,7 @@ package resolve
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func (f *fixture) broken(reason Reason) float64 {
 // coldTurn reports a kept turn of d that found none of its 1,000-token
 // prompt cached.
 func coldTurn(f *fixture, d *Decision) {
-	f.r.Reported(d, Report{Header: time.Second, Duration: 2 * time.Second,
+	f.r.Reported(d, Report{FirstToken: time.Second, Duration: 2 * time.Second,
 		Usage: usage.Usage{PromptTokens: 1000, CachedTokens: 0, HasCached: true}})
 }
 
@@ -166,7 +167,7 @@ func TestCostPolicySeesALateBackend(t *testing.T) {
 		f.r.setAffinity(a)
 		first := f.resolveBody(t, "s1", 16000)
 		idleExcept(l, first.Backend.ID, 0)
-		f.r.o.Balancer.Sent(first.Backend.ID, f.r.o.Now().Add(-tc.late))
+		f.r.o.Balancer.Due(first.Backend.ID, f.r.o.Now().Add(-tc.late))
 		d := f.resolveBody(t, "s1", 16000)
 		if moved := d.Outcome == Broken; moved != tc.move {
 			t.Fatalf("pinned backend late by %v: %s on %s (pinned %s), want moved=%v", tc.late, d.Outcome, d.Backend.ID, first.Backend.ID, tc.move)
@@ -174,23 +175,44 @@ func TestCostPolicySeesALateBackend(t *testing.T) {
 	}
 }
 
-// TestExpectedHeader is the prefill the proxy expects before a decision's
-// response headers: of the new turn on a kept pin, of the whole prompt
-// otherwise, and nothing outside the cost policy.
-func TestExpectedHeader(t *testing.T) {
+// resolveStream resolves a request of session key whose body asks for a
+// stream and is about n bytes long.
+func (f *fixture) resolveStream(t *testing.T, key string, n int) *Decision {
+	t.Helper()
+	r := req(key)
+	raw := []byte(`{"stream": true, "prompt": "` + strings.Repeat("x", n-30) + `"}`)
+	body := (*reqbody.Fields)(nil).Of(raw)
+	d, err := f.r.Resolve(context.Background(), r.WithContext(reqbody.NewContext(r.Context(), body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestFirstTokenDue is the prefill the proxy expects before a decision's
+// first token: of the new turn on a kept pin, of the whole prompt
+// otherwise; only streams are timed, and only under the cost policy.
+func TestFirstTokenDue(t *testing.T) {
 	f, _ := softFixture(t, true)
-	if d := f.resolveBody(t, "s1", 16000); f.r.ExpectedHeader(d) != 0 {
-		t.Fatalf("threshold policy expects %v before headers, want 0", f.r.ExpectedHeader(d))
+	if _, ok := f.r.FirstTokenDue(f.resolveStream(t, "s1", 16000)); ok {
+		t.Fatal("the threshold policy times a stream")
 	}
 	a := f.r.o.Affinity
 	a.Cost, a.PrefillTokensPerSecond = true, 1000
 	f.r.setAffinity(a)
-	near := func(got, want time.Duration) bool { return (got - want).Abs() <= time.Microsecond }
-	if d := f.resolveBody(t, "s2", 16000); d.Outcome != Miss || !near(f.r.ExpectedHeader(d), 4*time.Second) {
-		t.Fatalf("%s: expects %v, want 4s (4,000 tokens at 1,000/s)", d.Outcome, f.r.ExpectedHeader(d))
+	if _, ok := f.r.FirstTokenDue(f.resolveBody(t, "s3", 16000)); ok {
+		t.Fatal("a request that asked for no stream is timed")
 	}
-	if d := f.resolveBody(t, "s2", 16000); d.Outcome != Hit || !near(f.r.ExpectedHeader(d), 400*time.Millisecond) {
-		t.Fatalf("%s: expects %v, want 400ms (the 10%% not cached)", d.Outcome, f.r.ExpectedHeader(d))
+	near := func(got, want time.Duration) bool { return (got - want).Abs() <= time.Millisecond }
+	if d := f.resolveStream(t, "s2", 16000); d.Outcome != Miss {
+		t.Fatalf("first turn: %s", d.Outcome)
+	} else if due, ok := f.r.FirstTokenDue(d); !ok || !near(due, 4*time.Second) {
+		t.Fatalf("first turn: due after %v (timed %v), want 4s (4,000 tokens at 1,000/s)", due, ok)
+	}
+	if d := f.resolveStream(t, "s2", 16000); d.Outcome != Hit {
+		t.Fatalf("second turn: %s", d.Outcome)
+	} else if due, ok := f.r.FirstTokenDue(d); !ok || !near(due, 400*time.Millisecond) {
+		t.Fatalf("second turn: due after %v (timed %v), want 400ms (the 10%% not cached)", due, ok)
 	}
 }
 
@@ -219,7 +241,7 @@ func TestCostPolicyDivertsPlacementFromALateBackend(t *testing.T) {
 		g.r.o.Balancer = balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon))
 		idleExcept(gl, "a", 0)
 		want := g.resolveBody(t, "s1", 16000).Backend.ID
-		f.r.o.Balancer.Sent(want, f.r.o.Now().Add(-tc.late))
+		f.r.o.Balancer.Due(want, f.r.o.Now().Add(-tc.late))
 		d := f.resolveBody(t, "s1", 16000)
 		diverted := testutil.ToFloat64(f.r.o.Metrics.PlacementsDiverted.WithLabelValues("ns/pool"))
 		if got := d.Backend.ID != want; got != tc.divert || diverted != map[bool]float64{true: 1}[tc.divert] {

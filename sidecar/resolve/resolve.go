@@ -20,6 +20,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/jsonscan"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/pincost"
@@ -106,6 +107,9 @@ type Decision struct {
 	// bodyBytes is the request body's size: the prompt's, for the cost
 	// policy's estimates and to learn bytes per token.
 	bodyBytes int
+	// stream: the request asked for a streamed response (read only under
+	// the cost policy, which times its first token).
+	stream bool
 	// tried are the backends this request failed on before (Retry): a
 	// retry goes to none of them.
 	tried []string
@@ -327,8 +331,11 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 	}
 	// One hash serves the store, the log and /debug/bindings?keyHash=.
 	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
-	d := &Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout,
-		bodyBytes: reqbody.FromContext(req.Context()).Len()}
+	body := reqbody.FromContext(req.Context())
+	d := &Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout, bodyBytes: body.Len()}
+	if r.o.Affinity.Cost {
+		d.stream = body.Value("stream").Kind == jsonscan.True
+	}
 	if key.Source == config.SourceToken {
 		return r.fromToken(set, d, key.Token)
 	}
@@ -373,7 +380,7 @@ func (r *Resolver) Retry(ctx context.Context, d *Decision, reason Reason) (*Deci
 		return nil, ErrNoBackend
 	}
 	nd := &Decision{Source: d.Source, KeyHash: d.KeyHash, storeKey: d.storeKey, avoid: d.Backend.ID, tried: tried,
-		learn: d.learn, pol: d.pol, Timeout: d.Timeout, bodyBytes: d.bodyBytes}
+		learn: d.learn, pol: d.pol, Timeout: d.Timeout, bodyBytes: d.bodyBytes, stream: d.stream}
 	if !d.sticky {
 		return r.withTokens(r.unsticky(set, nd))
 	}

@@ -400,7 +400,7 @@ func TestRetryChoosesAHealthyUntriedBackend(t *testing.T) {
 	}
 	failing, silent, healthy := others[0], others[1], others[2]
 	f.r.o.Outliers.Failure(failing, outlier.Reset) // one failure: not ejected
-	bal.Sent(silent, time.Now())                   // a request of ours without an answer yet
+	bal.Sent(silent)                               // a request of ours without an answer yet
 	for _, want := range []string{healthy, silent, failing} {
 		from := d.Backend.ID
 		var err error

@@ -154,22 +154,27 @@ func (r *Resolver) queue(id string) (pincost.Load, bool) {
 	return pincost.Load{Waiting: w, Running: run, Behind: behind}, true
 }
 
-// ExpectedHeader is how long d's backend is expected to take before its
-// response headers, with no queue: its prefill, in a pool whose cost
-// policy learns it; 0 elsewhere. The proxy counts d's request late after
-// it (balance.Balancer.Behind).
-func (r *Resolver) ExpectedHeader(d *Decision) time.Duration {
-	if r.est == nil || !r.o.Affinity.Cost || d == nil {
-		return 0
+// FirstTokenDue is how long d's backend is expected to take before the
+// first token of d's stream, with no queue: its prefill. ok is true when
+// the proxy should time it (balance.Balancer.Due, until the stream's first
+// bytes): in a pool whose cost policy learns the prefill rate, for a
+// request that asked for a stream. A whole response is not timed: it
+// arrives after its decode, which says nothing of a queue.
+func (r *Resolver) FirstTokenDue(d *Decision) (prefill time.Duration, ok bool) {
+	if r.est == nil || !r.o.Affinity.Cost || d == nil || !d.stream {
+		return 0, false
 	}
-	return r.est.Prefill(d.bodyBytes, d.Outcome == Hit)
+	return r.est.Prefill(d.bodyBytes, d.Outcome == Hit), true
 }
 
 // Report is what the response to a decision showed.
 type Report struct {
-	Header   time.Duration // until the response headers
-	Duration time.Duration // the whole request
-	Usage    usage.Usage
+	// FirstToken is the time until a stream's first token (its first
+	// body bytes: servers such as vLLM send a stream's headers before
+	// any work), for a stream FirstTokenDue timed; 0 otherwise.
+	FirstToken time.Duration
+	Duration   time.Duration // the whole request
+	Usage      usage.Usage
 }
 
 // Reported is called with the usage a backend reported for d. In soft
@@ -189,7 +194,7 @@ func (r *Resolver) Reported(d *Decision, rep Report) {
 	}
 	kept := d.Outcome == Hit
 	r.est.Learn(pincost.Turn{BodyBytes: d.bodyBytes, PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens,
-		HasCached: u.HasCached, Kept: kept, Header: rep.Header, Duration: rep.Duration, Queued: queued})
+		HasCached: u.HasCached, Kept: kept, FirstToken: rep.FirstToken, Duration: rep.Duration, Queued: queued})
 	if kept && u.HasCached && d.KeyHash != "" && pincost.IsCold(u.PromptTokens, u.CachedTokens) {
 		r.cold.Mark(d.KeyHash, d.Backend.ID, r.o.Now().Add(d.pol.TTL))
 	}

@@ -1,0 +1,153 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
+)
+
+// headersFirst is a backend as vLLM answers a stream: the response
+// headers at once, the first token after the prefill. A request with
+// X-Hold holds its first token until release is closed. It reports an
+// empty queue to the load scrape, and counts the requests it served.
+type headersFirst struct {
+	id      string
+	srv     *httptest.Server
+	served  atomic.Int64
+	holding atomic.Int64
+}
+
+func startHeadersFirst(t *testing.T, id string, release <-chan struct{}) *headersFirst {
+	b := &headersFirst{id: id}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			fmt.Fprint(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 1\n")
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		b.served.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("X-Backend", b.id)
+		w.(http.Flusher).Flush()
+		if r.Header.Get("X-Hold") != "" {
+			b.holding.Add(1)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+// TestCostPolicyTimesTheFirstTokenNotTheHeaders: under the cost policy a
+// stream counts as late until its first token, not its headers (which
+// vLLM sends at once): while one backend holds a stream's first token,
+// new sessions are placed on the others, and the diversions are counted.
+func TestCostPolicyTimesTheFirstTokenNotTheHeaders(t *testing.T) {
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	bs := []*headersFirst{startHeadersFirst(t, "a", release), startHeadersFirst(t, "b", release), startHeadersFirst(t, "c", release)}
+	var static []string
+	for _, b := range bs {
+		static = append(static, strings.TrimPrefix(b.srv.URL, "http://"))
+	}
+	a, _ := json.Marshal(static)
+	sc := startSidecar(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+pools:
+  - name: default/m
+    sessionSticky:
+      sources: [{type: Header, name: X-Session-ID}]
+    backends:
+      static: %s
+    affinity: {mode: soft, policy: cost, costMargin: 0.25, prefillTokensPerSecond: 1000000}
+    loadMetrics: {interval: 50ms, timeout: 50ms}
+`, a))
+	url := sc.url("default/m", "/v1/chat/completions")
+	send := func(session string, hold bool) (*http.Response, error) {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hello there"}]}`))
+		req.Header.Set("X-Session-ID", session)
+		if hold {
+			req.Header.Set("X-Hold", "1")
+		}
+		return (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	}
+	// Every backend scraped before the test begins: the cost policy
+	// needs a fresh sample of each.
+	for i := range 6 {
+		resp, err := send(fmt.Sprint("warm-", i), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	time.Sleep(200 * time.Millisecond)
+
+	// One stream whose headers arrive at once and whose first token is held.
+	held, err := send("held", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Body.Close()
+	late := held.Header.Get("X-Backend")
+	var lateBackend *headersFirst
+	for _, b := range bs {
+		if b.id == late {
+			lateBackend = b
+		}
+	}
+	if lateBackend == nil || lateBackend.holding.Load() != 1 {
+		t.Fatalf("the held stream reached %q", late)
+	}
+	before := lateBackend.served.Load()
+	time.Sleep(100 * time.Millisecond) // the stream is late from here on
+
+	for i := range 30 {
+		resp, err := send(fmt.Sprint("new-", i), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if n := lateBackend.served.Load() - before; n != 0 {
+		t.Fatalf("%d of 30 new sessions were placed on backend %s, whose stream's first token is 100 ms late", n, late)
+	}
+	testkit.Eventually(t, 5*time.Second, "the diversions counted", func() error {
+		resp, err := http.Get(sc.admin("/metrics"))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, `tether_placements_diverted_total{pool="default/m"} `) {
+				if strings.HasSuffix(line, " 0") {
+					return fmt.Errorf("%s", line)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no tether_placements_diverted_total")
+	})
+}
