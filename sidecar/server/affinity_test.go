@@ -33,7 +33,12 @@ func startQueueingBackends(t *testing.T, n int) []*backend {
 }
 
 func affinityConfig(bs []*backend, affinity, extra string) string {
-	a, _ := json.Marshal(addrs(bs))
+	return affinityConfigAt(addrs(bs), affinity, extra)
+}
+
+// affinityConfigAt is affinityConfig for backends at static addresses.
+func affinityConfigAt(static []string, affinity, extra string) string {
+	a, _ := json.Marshal(static)
 	return fmt.Sprintf(`
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -69,19 +68,7 @@ func TestCostPolicyTimesTheFirstTokenNotTheHeaders(t *testing.T) {
 	for _, b := range bs {
 		static = append(static, strings.TrimPrefix(b.srv.URL, "http://"))
 	}
-	a, _ := json.Marshal(static)
-	sc := startSidecar(t, fmt.Sprintf(`
-listen: 127.0.0.1:0
-admin: 127.0.0.1:0
-pools:
-  - name: default/m
-    sessionSticky:
-      sources: [{type: Header, name: X-Session-ID}]
-    backends:
-      static: %s
-    affinity: {mode: soft, policy: cost, costMargin: 0.25, prefillTokensPerSecond: 1000000}
-    loadMetrics: {interval: 50ms, timeout: 50ms}
-`, a))
+	sc := startSidecar(t, affinityConfigAt(static, "{mode: soft, policy: cost, costMargin: 0.25, prefillTokensPerSecond: 1000000}", ""))
 	url := sc.url("default/m", "/v1/chat/completions")
 	send := func(session string, hold bool) (*http.Response, error) {
 		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hello there"}]}`))
@@ -91,15 +78,18 @@ pools:
 		}
 		return (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	}
-	// Every backend scraped before the test begins: the cost policy
-	// needs a fresh sample of each.
-	for i := range 6 {
-		resp, err := send(fmt.Sprint("warm-", i), false)
+	complete := func(session string) {
+		resp, err := send(session, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+	}
+	// Every backend scraped before the test begins: the cost policy
+	// needs a fresh sample of each.
+	for i := range 6 {
+		complete(fmt.Sprint("warm-", i))
 	}
 	time.Sleep(200 * time.Millisecond)
 
@@ -123,12 +113,7 @@ pools:
 	time.Sleep(100 * time.Millisecond) // the stream is late from here on
 
 	for i := range 30 {
-		resp, err := send(fmt.Sprint("new-", i), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		complete(fmt.Sprint("new-", i))
 	}
 	if n := lateBackend.served.Load() - before; n != 0 {
 		t.Fatalf("%d of 30 new sessions were placed on backend %s, whose stream's first token is 100 ms late", n, late)
