@@ -33,11 +33,14 @@ func startHeadersFirst(t *testing.T, id string, release <-chan struct{}) *header
 		}
 		io.Copy(io.Discard, r.Body)
 		b.served.Add(1)
+		hold := r.Header.Get("X-Hold") != ""
+		if hold {
+			b.holding.Add(1) // before the headers: the client checks it on them
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("X-Backend", b.id)
 		w.(http.Flusher).Flush()
-		if r.Header.Get("X-Hold") != "" {
-			b.holding.Add(1)
+		if hold {
 			select {
 			case <-release:
 			case <-r.Context().Done():
@@ -68,7 +71,10 @@ func TestCostPolicyTimesTheFirstTokenNotTheHeaders(t *testing.T) {
 	for _, b := range bs {
 		static = append(static, strings.TrimPrefix(b.srv.URL, "http://"))
 	}
-	sc := startSidecar(t, affinityConfigAt(static, "{mode: soft, policy: cost, costMargin: 0.25, prefillTokensPerSecond: 1000000}", ""))
+	// Scrapes every 200 ms: a sample is fresh for three intervals, and
+	// every decision below needs fresh ones even on a loaded machine.
+	cfg := affinityConfigAt(static, "{mode: soft, policy: cost, costMargin: 0.25, prefillTokensPerSecond: 1000000}", "")
+	sc := startSidecar(t, strings.Replace(cfg, "{interval: 50ms, timeout: 50ms}", "{interval: 200ms, timeout: 150ms}", 1))
 	url := sc.url("default/m", "/v1/chat/completions")
 	send := func(session string, hold bool) (*http.Response, error) {
 		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hello there"}]}`))
@@ -91,7 +97,7 @@ func TestCostPolicyTimesTheFirstTokenNotTheHeaders(t *testing.T) {
 	for i := range 6 {
 		complete(fmt.Sprint("warm-", i))
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
 
 	// One stream whose headers arrive at once and whose first token is held.
 	held, err := send("held", true)
