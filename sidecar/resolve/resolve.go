@@ -572,7 +572,7 @@ func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backe
 	}
 	be, pf, ok = r.pickIf(set, d.pol.PD, d.storeKey, func(discovery.Backend) bool { return true })
 	if ok {
-		be = r.sooner(set, d, be, func(discovery.Backend) bool { return true })
+		be = r.sooner(set, d, be, nil)
 	}
 	return be, pf, ok
 }

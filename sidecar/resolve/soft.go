@@ -76,19 +76,7 @@ func (r *Resolver) costlier(set *discovery.Set, d *Decision, be discovery.Backen
 	if !ok {
 		return false
 	}
-	var best pincost.Load
-	var bestWait time.Duration
-	found := false
-	for _, c := range set.Backends {
-		if c.ID == be.ID || r.o.Outliers.Ejected(c.ID) {
-			continue
-		}
-		if l, ok := r.queue(c.ID); ok {
-			if w := r.est.QueueWait(l); !found || w < bestWait || w == bestWait && l.Running < best.Running {
-				best, bestWait, found = l, w, true
-			}
-		}
-	}
+	_, best, _, found := r.soonest(set, be.ID, nil)
 	if !found {
 		return false
 	}
@@ -101,13 +89,13 @@ func (r *Resolver) costlier(set *discovery.Set, d *Decision, be discovery.Backen
 
 // sooner is the cost policy's say in a placement (a new session, a
 // rebind, a moved pin) that chose backend chosen: another live backend
-// that also accepts, where the session's first token is expected sooner
-// by the cost margin, or chosen. The session's prompt is cached on
-// neither, so its prefill is the same on both and only the queue wait
-// (the scraped queue, and how late this replica's requests are: a long
-// prefill holding a backend's compute) differs. Outside the cost policy,
-// in PD pools (their pair is placed together) and without fresh scrapes,
-// it is chosen.
+// that also accepts (nil: any), where the session's first token is
+// expected sooner by the cost margin, or chosen. The session's prompt is
+// cached on neither, so its prefill is the same on both and only the
+// queue wait (the scraped queue, and how late this replica's requests
+// are: a long prefill holding a backend's compute) differs. Outside the
+// cost policy, in PD pools (their pair is placed together) and without
+// fresh scrapes, it is chosen.
 func (r *Resolver) sooner(set *discovery.Set, d *Decision, chosen discovery.Backend, also func(discovery.Backend) bool) discovery.Backend {
 	if r.est == nil || !r.o.Affinity.Cost || r.o.Load == nil || d.pol.PD {
 		return chosen
@@ -116,27 +104,33 @@ func (r *Resolver) sooner(set *discovery.Set, d *Decision, chosen discovery.Back
 	if !ok {
 		return chosen
 	}
-	best, bestWait := chosen, r.est.QueueWait(cl)
-	for _, c := range set.Backends {
-		if c.ID == chosen.ID || r.o.Outliers.Ejected(c.ID) || !also(c) {
-			continue
-		}
-		if l, ok := r.queue(c.ID); ok {
-			if w := r.est.QueueWait(l); w < bestWait {
-				best, bestWait = c, w
-			}
-		}
-	}
-	if best.ID == chosen.ID {
+	best, _, bestWait, found := r.soonest(set, chosen.ID, also)
+	if !found {
 		return chosen
 	}
 	prefill := r.est.Prefill(d.bodyBytes, false)
-	keep, move := r.est.QueueWait(cl)+prefill, bestWait+prefill
-	if (pincost.Estimate{Keep: keep, Move: move}).Better(r.o.Affinity.CostMargin) {
+	if (pincost.Estimate{Keep: r.est.QueueWait(cl) + prefill, Move: bestWait + prefill}).Better(r.o.Affinity.CostMargin) {
 		r.m.diverted().Inc()
 		return best
 	}
 	return chosen
+}
+
+// soonest is the live backend other than skip that also accepts (nil:
+// any) with the least expected queue wait (ties: fewer running), with its
+// load and that wait; found is false when none has a fresh scrape.
+func (r *Resolver) soonest(set *discovery.Set, skip string, also func(discovery.Backend) bool) (be discovery.Backend, l pincost.Load, wait time.Duration, found bool) {
+	for _, c := range set.Backends {
+		if c.ID == skip || r.o.Outliers.Ejected(c.ID) || also != nil && !also(c) {
+			continue
+		}
+		if cl, ok := r.queue(c.ID); ok {
+			if w := r.est.QueueWait(cl); !found || w < wait || w == wait && cl.Running < l.Running {
+				be, l, wait, found = c, cl, w, true
+			}
+		}
+	}
+	return be, l, wait, found
 }
 
 // queue is backend id's load as the cost policy sees it: the scraped

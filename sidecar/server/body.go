@@ -10,11 +10,14 @@ import (
 )
 
 // bodyFields are the JSON body fields a listener's requests are read for,
-// all in one scan: "model" when it serves several pools, the Responses
-// API's fields (routing by previous_response_id is on for every pool),
-// and its pools' Body sources.
+// all in one scan, run when a first field is read: "model" when it serves
+// several pools, the Responses API's fields (routing by
+// previous_response_id is on for every pool), "stream" (a pool whose
+// cost policy, set in the config or at run time, times streams reads it
+// in that one scan instead of a scan of its own), and its pools' Body
+// sources.
 func bodyFields(cfg *config.Config, l config.Listener) (*reqbody.Fields, error) {
-	paths := append([]string(nil), responses.BodyFields...)
+	paths := append(append([]string(nil), responses.BodyFields...), "stream")
 	if len(l.Pools) > 1 {
 		paths = append(paths, "model")
 	}
