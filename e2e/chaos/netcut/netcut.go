@@ -18,7 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -106,14 +110,20 @@ func (n *Net) listen(i int) (*Member, error) {
 }
 
 // freePort returns a loopback address whose TCP and UDP ports are free
-// now (memberlist binds both).
+// now (memberlist binds both), below the kernel's ephemeral port range.
+// The port is released before the replica binds it, and again when the
+// replica is killed and restarted in place: a port from the ephemeral
+// range could meanwhile become the local port of any outgoing connection
+// or of a listener on port 0 (a chaos run once failed on "address
+// already in use" that way); the kernel never hands out one below it.
 func freePort() (string, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo := ephemeralLow() - 12000
+	for range 200 {
+		addr := fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(10000))
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return "", err
+			continue // taken
 		}
-		addr := l.Addr().String()
 		u, err := net.ListenPacket("udp", addr)
 		l.Close()
 		if err == nil {
@@ -121,7 +131,21 @@ func freePort() (string, error) {
 			return addr, nil
 		}
 	}
-	return "", errors.New("no port free for both TCP and UDP")
+	return "", errors.New("no port below the ephemeral range free for both TCP and UDP")
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 12000 {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // Cut splits the ring into groups of member indexes (members in no group
