@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/testkit"
+	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
 )
 
 // Process is a child process started by a test: its own process group
@@ -152,14 +153,10 @@ func FreeAddr(t testing.TB, ip string) string {
 	return net.JoinHostPort(ip, fmt.Sprint(FreePort(t, ip)))
 }
 
-func freePort(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a port free now on ip, below the kernel's ephemeral range
+// (freeport.Pick: one from that range may become an outgoing
+// connection's local port before the process binds it).
+func freePort(ip string) (int, error) { return freeport.Pick(ip) }
 
 // RepoRoot is the directory holding go.mod, found from the working
 // directory (go test runs in the package's directory).

@@ -6,15 +6,15 @@ package procs
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
 )
 
 // Env is a set of processes sharing a temporary directory. Close stops
@@ -25,7 +25,6 @@ type Env struct {
 
 	mu    sync.Mutex
 	procs []*Process
-	ports map[int]bool
 }
 
 // NewEnv creates the directory. bin holds tether-sidecar and modelsim.
@@ -38,7 +37,7 @@ func NewEnv(bin string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Env{Dir: dir, Bin: abs, ports: map[int]bool{}}, nil
+	return &Env{Dir: dir, Bin: abs}, nil
 }
 
 // Process is one child process in its own process group (so a stop
@@ -142,36 +141,14 @@ func (e *Env) Close() {
 	_ = os.RemoveAll(e.Dir)
 }
 
-// FreePort returns a loopback TCP port free at the moment (in-process
-// parts that need their port before they listen: memberlist's bind).
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort returns a loopback port free at the moment for TCP and UDP,
+// below the kernel's ephemeral range (freeport.Pick), for parts that need
+// their port before they listen: memberlist's bind, child processes.
+func FreePort() (int, error) { return freeport.Pick("127.0.0.1") }
 
-// Port returns a free loopback TCP port not handed out before by this Env.
-// (The kernel may still give it to someone else before the process binds
-// it; a process that fails to bind exits and is reported.)
-func (e *Env) Port() (int, error) {
-	for range 100 {
-		port, err := FreePort()
-		if err != nil {
-			return 0, err
-		}
-		e.mu.Lock()
-		taken := e.ports[port]
-		e.ports[port] = true
-		e.mu.Unlock()
-		if !taken {
-			return port, nil
-		}
-	}
-	return 0, errors.New("no free port")
-}
+// Port returns a free loopback port not handed out before by this
+// process (FreePort).
+func (e *Env) Port() (int, error) { return FreePort() }
 
 // Addr returns "127.0.0.1:<free port>".
 func (e *Env) Addr() (string, error) {

@@ -15,16 +15,13 @@
 package netcut
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
 )
 
 // Net is the relays of a ring's members.
@@ -110,43 +107,13 @@ func (n *Net) listen(i int) (*Member, error) {
 }
 
 // freePort returns a loopback address whose TCP and UDP ports are free
-// now (memberlist binds both), below the kernel's ephemeral port range.
-// The port is released before the replica binds it, and again when the
-// replica is killed and restarted in place: a port from the ephemeral
-// range could meanwhile become the local port of any outgoing connection
-// or of a listener on port 0 (a chaos run once failed on "address
-// already in use" that way); the kernel never hands out one below it.
-func freePort() (string, error) {
-	lo := ephemeralLow() - 12000
-	for range 200 {
-		addr := fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(10000))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue // taken
-		}
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err == nil {
-			u.Close()
-			return addr, nil
-		}
-	}
-	return "", errors.New("no port below the ephemeral range free for both TCP and UDP")
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
-// default when it cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 12000 {
-				return n
-			}
-		}
-	}
-	return 32768
-}
+// now (memberlist binds both), below the kernel's ephemeral range
+// (freeport.Pick). The port is released before the replica binds it, and
+// again when the replica is killed and restarted in place: a port from
+// the ephemeral range could meanwhile become the local port of an
+// outgoing connection (a chaos run once failed on "address already in
+// use" that way).
+func freePort() (string, error) { return freeport.Addr("127.0.0.1") }
 
 // Cut splits the ring into groups of member indexes (members in no group
 // are alone) and closes the streams that cross the cut.

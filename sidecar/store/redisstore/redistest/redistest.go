@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/testkit"
+	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
 )
 
 // Server is one redis-server process.
@@ -124,12 +125,11 @@ func (s *Server) startFresh() {
 }
 
 func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 func (s *Server) start() error {
