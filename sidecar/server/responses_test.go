@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 	"github.com/tetherproxy/tether/sidecar/testkit"
+	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
 )
 
 const respPool = "default/m"
@@ -128,14 +128,15 @@ func chain(t *testing.T, bases []string, turns int, stream bool) []turn {
 	return out
 }
 
+// freeAddr is a loopback address for a gossip bind (TCP and UDP), below
+// the ephemeral range (freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // sharedStores returns the store blocks of two replicas that share

@@ -19,6 +19,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
+	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
 )
 
 // privateCA is a certificate authority of the test's own, as a company's
@@ -95,12 +96,11 @@ func writeTestFile(t *testing.T, path string, b []byte) {
 
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // A Redis whose certificate comes from a private CA: store.redis.caFile
