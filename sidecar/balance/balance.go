@@ -9,6 +9,7 @@ package balance
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,11 +35,37 @@ type Balancer struct {
 	epoch time.Time // due times are kept as microseconds since
 }
 
-// pending are one backend's timed requests: how many, and the sum of when
-// their first tokens are due, in microseconds since the Balancer's epoch
-// (exact integers: adding and removing a request leaves no rounding
-// behind; a year of uptime times 100,000 requests still fits an int64).
-type pending struct{ n, dueSum int64 }
+// pending are one backend's timed requests, in microseconds since the
+// Balancer's epoch: when the first tokens of those not done are due (a
+// few: this replica's streams to one backend waiting for their first
+// token), and when the backlog the last done one showed drains: it was
+// late by L at T, so the backend was L behind then, and is caught up at
+// T + L if nothing more queues (0: it was on time).
+type pending struct {
+	dues     []int64
+	drainsAt int64
+}
+
+// backlog is how far behind p says the backend is at nowUS, in µs (0:
+// not behind).
+func (p pending) backlog(nowUS int64) int64 {
+	var late int64
+	if p.drainsAt != 0 {
+		late = p.drainsAt - nowUS
+	}
+	for _, d := range p.dues {
+		late = max(late, nowUS-d)
+	}
+	return max(late, 0)
+}
+
+// drained reports whether p says nothing any more at nowUS.
+func (p pending) drained(nowUS int64) bool { return len(p.dues) == 0 && p.backlog(nowUS) <= 0 }
+
+// sweepAbove is how many backends' timing the Balancer holds before Done
+// forgets the drained ones: a backend gone from the pool is asked about
+// no more (Behind forgets the others).
+const sweepAbove = 1024
 
 // Option configures a Balancer.
 type Option func(*Balancer)
@@ -130,41 +157,56 @@ func (b *Balancer) Due(id string, due time.Time) {
 	us := due.Sub(b.epoch).Microseconds()
 	b.mu.Lock()
 	p := b.due[id]
-	p.n++
-	p.dueSum += us
+	p.dues = append(p.dues, us)
 	b.due[id] = p
 	b.mu.Unlock()
 }
 
-// Done ends the timing of one request Due on id by due.
-func (b *Balancer) Done(id string, due time.Time) {
-	us := due.Sub(b.epoch).Microseconds()
+// Done ends the timing of one request Due on id by due, at now.
+func (b *Balancer) Done(id string, due, now time.Time) {
+	us, nowUS := due.Sub(b.epoch).Microseconds(), now.Sub(b.epoch).Microseconds()
 	b.mu.Lock()
 	p := b.due[id]
-	if p.n--; p.n <= 0 {
-		delete(b.due, id)
-	} else {
-		p.dueSum -= us
-		b.due[id] = p
+	if i := slices.Index(p.dues, us); i >= 0 {
+		p.dues[i] = p.dues[len(p.dues)-1]
+		p.dues = p.dues[:len(p.dues)-1]
+	}
+	p.drainsAt = 0
+	if late := nowUS - us; late > 0 {
+		p.drainsAt = nowUS + late
+	}
+	b.due[id] = p
+	if len(b.due) > sweepAbove {
+		for k, q := range b.due {
+			if q.drained(nowUS) {
+				delete(b.due, k)
+			}
+		}
 	}
 	b.mu.Unlock()
 }
 
-// Behind is how late, on average, this replica's timed requests to id
-// are at now: now minus the mean of their due times, or 0 when they are
-// on time or there are none. It sees a backend fall behind as it happens
+// Behind is how far behind backend id is at now: how late the oldest of
+// this replica's timed requests to it is, or, when longer, how late the
+// last one to get its first token was, less the time since (a backlog
+// drains as time passes). It sees a backend fall behind as it happens
 // (a long prefill holding its compute delays everything queued behind
 // it), where a scraped queue length says nothing until requests wait for
-// a slot, and a latency average only after they were answered.
+// a slot, and it keeps seeing it between requests: a replica that moved
+// its sessions away has none there to be late.
 func (b *Balancer) Behind(id string, now time.Time) time.Duration {
+	nowUS := now.Sub(b.epoch).Microseconds()
 	b.mu.Lock()
-	p := b.due[id]
-	b.mu.Unlock()
-	if p.n == 0 {
+	defer b.mu.Unlock()
+	p, ok := b.due[id]
+	if !ok {
 		return 0
 	}
-	late := now.Sub(b.epoch).Microseconds() - p.dueSum/p.n
-	return max(time.Duration(late)*time.Microsecond, 0)
+	if p.drained(nowUS) {
+		delete(b.due, id)
+		return 0
+	}
+	return time.Duration(p.backlog(nowUS)) * time.Microsecond
 }
 
 // Load is the score Pick minimises: own outstanding requests plus extra load.

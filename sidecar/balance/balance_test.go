@@ -185,10 +185,11 @@ func TestPickOnlyAmongNearEquals(t *testing.T) {
 	}
 }
 
-// Behind is how late a backend's timed requests are on average; a
-// request done leaves nothing of itself behind, and untimed requests
-// (Sent, Answered) count for nothing.
-func TestBehindIsTheMeanLatenessOfTimedRequests(t *testing.T) {
+// Behind is how late the oldest of a backend's timed requests is; once
+// done, a request's lateness stays as a backlog that drains with time
+// (a replica that sends nothing more there still sees it), and untimed
+// requests (Sent, Answered) count for nothing.
+func TestBehindIsTheOldestLatenessThenADrainingBacklog(t *testing.T) {
 	b := New()
 	t0 := b.epoch.Add(time.Second) // whole microseconds since the epoch
 	if got := b.Behind("a", t0); got != 0 {
@@ -199,20 +200,36 @@ func TestBehindIsTheMeanLatenessOfTimedRequests(t *testing.T) {
 	b.Due("a", t0.Add(100*time.Millisecond)) // a long prefill: due later
 	b.Due("b", t0.Add(time.Second))
 	at := t0.Add(250 * time.Millisecond)
-	if got, want := b.Behind("a", at), 200*time.Millisecond; got != want {
-		t.Fatalf("behind(a) = %v, want %v (late by 250ms and 150ms)", got, want)
+	if got, want := b.Behind("a", at), 250*time.Millisecond; got != want {
+		t.Fatalf("behind(a) = %v, want %v (late by 250ms and 150ms: the oldest)", got, want)
 	}
 	if got := b.Behind("b", at); got != 0 {
 		t.Fatalf("behind(b) = %v, want 0: its request is not due yet", got)
 	}
-	b.Done("a", t0)
-	if got, want := b.Behind("a", at), 150*time.Millisecond; got != want {
-		t.Fatalf("behind(a) after one answer = %v, want %v", got, want)
+	// The second request's first token arrives 150ms late, the first
+	// request is still waiting: it sets how far behind.
+	b.Done("a", t0.Add(100*time.Millisecond), at)
+	if got, want := b.Behind("a", at), 250*time.Millisecond; got != want {
+		t.Fatalf("behind(a) after the younger one = %v, want %v", got, want)
 	}
-	b.Done("a", t0.Add(100*time.Millisecond))
-	b.Done("b", t0.Add(time.Second))
+	// The first one's first token arrives 300ms late: with nothing left
+	// in flight, the backlog it showed drains 1:1 with time.
+	done := t0.Add(300 * time.Millisecond)
+	b.Done("a", t0, done)
+	if got, want := b.Behind("a", done.Add(100*time.Millisecond)), 200*time.Millisecond; got != want {
+		t.Fatalf("behind(a) 100ms after the last first token, 300ms late = %v, want %v", got, want)
+	}
+	// A request in flight later than the draining backlog sets it again.
+	b.Due("a", done)
+	if got, want := b.Behind("a", done.Add(250*time.Millisecond)), 250*time.Millisecond; got != want {
+		t.Fatalf("behind(a) with a new request 250ms late = %v, want %v", got, want)
+	}
+	b.Done("a", done, done.Add(time.Millisecond))
+	b.Done("b", t0.Add(time.Second), at)
 	b.Answered("a")
-	if got := b.Behind("a", at) + b.Behind("b", at); got != 0 || b.Unanswered("a") != 0 {
+	// Drained: nothing is behind, and nothing is left tracked.
+	later := done.Add(time.Second)
+	if got := b.Behind("a", later) + b.Behind("b", later); got != 0 || b.Unanswered("a") != 0 {
 		t.Fatalf("behind after every answer = %v, unanswered %d; want 0, 0", got, b.Unanswered("a"))
 	}
 	b.mu.Lock()
@@ -220,5 +237,28 @@ func TestBehindIsTheMeanLatenessOfTimedRequests(t *testing.T) {
 	b.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d backends still tracked with nothing pending", left)
+	}
+}
+
+// The timing of backends nobody asks about any more (gone from the pool)
+// is forgotten once drained, so a churning pod set leaves nothing behind.
+func TestBehindForgetsDrainedBackends(t *testing.T) {
+	b := New()
+	t0 := b.epoch.Add(time.Second)
+	for i := range sweepAbove + 10 {
+		id := fmt.Sprint("gone-", i)
+		b.Due(id, t0)
+		b.Done(id, t0, t0.Add(time.Millisecond)) // 1ms late: drained 1ms later
+	}
+	b.Due("live", t0)
+	b.Done("live", t0, t0.Add(time.Second))
+	b.mu.Lock()
+	left := len(b.due)
+	b.mu.Unlock()
+	if left != 1 {
+		t.Fatalf("%d backends tracked after the sweep, want 1 (the one still draining)", left)
+	}
+	if got := b.Behind("live", t0.Add(time.Second)); got != time.Second {
+		t.Fatalf("behind(live) = %v, want 1s", got)
 	}
 }

@@ -257,7 +257,7 @@ func (x *exchange) answeredOrNot() {
 func (x *exchange) untimed() {
 	if x.timed {
 		x.timed = false
-		x.pool.Balancer.Done(x.d.Backend.ID, x.due)
+		x.pool.Balancer.Done(x.d.Backend.ID, x.due, x.h.o.Now())
 	}
 }
 

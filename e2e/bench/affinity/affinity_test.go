@@ -3,6 +3,7 @@ package affinity
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,30 @@ func TestSanity(t *testing.T) {
 		if err := Sanity([]*Result{r}); err == nil {
 			t.Errorf("%s: Sanity passed", name)
 		}
+	}
+}
+
+// The batch tenant holds backend 0's lane once per tick while a job runs,
+// ramping up to its share, and starts a job every BatchEvery until the
+// end: the schedule is computed, so a late sleep delays a hold but never
+// adds or drops one.
+func TestBatchSchedule(t *testing.T) {
+	var holds []time.Duration
+	d := &driver{w: Workload{BatchEvery: 200 * time.Millisecond, BatchFor: 100 * time.Millisecond, BatchShare: 0.5},
+		occupy: func(h time.Duration) { holds = append(holds, h) }}
+	start := time.Now()
+	d.batch(start, start.Add(350*time.Millisecond))
+	// Jobs at 0 and 200ms, two ticks each; the ramp's first two steps
+	// (50ms and 100ms of its 1s): 5% and 10% of the share of a tick.
+	ramp := []time.Duration{1250 * time.Microsecond, 2500 * time.Microsecond}
+	if want := append(slices.Clone(ramp), ramp...); !slices.Equal(holds, want) {
+		t.Fatalf("holds %v, want %v", holds, want)
+	}
+	full := &driver{w: Workload{BatchEvery: time.Hour, BatchFor: 2 * batchRamp, BatchShare: 0.5}}
+	var last time.Duration
+	full.occupy = func(h time.Duration) { last = h }
+	full.batch(time.Now().Add(-2*batchRamp), time.Now()) // every tick is already due: no sleeping
+	if want := batchTick / 2; last != want {
+		t.Fatalf("hold after the ramp %v, want %v (half a tick)", last, want)
 	}
 }

@@ -136,11 +136,20 @@ func Describe(o Options) string {
 		"Round robin is %d round-robin reverse proxies in the bench process; hard, threshold soft and cost soft are %d in-process tether sidecars sharing bindings through an encrypted gossip ring (memberlist on loopback), scraping the backends' queues every 100 ms; the oracle is hard affinity through one sidecar, whose binding map is global by construction. Every sidecar has one pool keyed on `X-Session-ID`, placement by the default (hashing with bounded loads). "+
 		"A session's turns, and an agent's parallel calls, go to the replicas in turn.\n\n"+
 		"**Workload** (seed %d): %d agent sessions, each a context of %d tokens growing by %d per turn, each turn %d parallel requests of %d output tokens, then %s running tools; a chat starting every %s (shared system prompt of %d tokens, a first message of %d–%d tokens, 2–%d turns, each later turn adding %d tokens, %d output tokens, %s–%s think time between turns). "+
-		"All requests are streamed chat completions with `stream_options: {include_usage: true}`. The live session state (about %d distinct tokens of sessions between turns, estimated from the chat rate, lengths and think times) is above the %d tokens all caches hold together, so LRU eviction drops sessions that are still going on. Measured: %s after a warm-up of %s; the policies one after the other, each on backends and replicas of its own; policy i's backend j is reached at the same address as every other policy's backend j (one listener per backend index, which hands each request to its policy's modelsim server by a header), so the sidecars' hashed placement starts every policy from the same spread of sessions.",
+		"All requests are streamed chat completions with `stream_options: {include_usage: true}`. The live session state (about %d distinct tokens of sessions between turns, estimated from the chat rate, lengths and think times) is above the %d tokens all caches hold together, so LRU eviction drops sessions that are still going on. %s Measured: %s after a warm-up of %s; the policies one after the other, each on backends and replicas of its own; policy i's backend j is reached at the same address as every other policy's backend j (one listener per backend index, which hands each request to its policy's modelsim server by a header), so the sidecars' hashed placement starts every policy from the same spread of sessions.",
 		b.N, b.MaxRunning, b.Prefill, b.Decode, b.CacheBlocks, blockTokens, b.CacheBlocks*blockTokens,
 		Replicas, Replicas,
 		w.Seed, w.Agents, w.AgentContext, w.AgentGrowth, w.Parallel, w.AgentTokens, w.AgentThink, w.ChatEvery, w.SystemTokens, w.ChatFirstMin, w.ChatFirstMax, w.ChatTurnsMax, w.ChatTurnAdded, w.ChatTokens, w.ChatThinkMin, w.ChatThinkMax,
-		liveTokens(w), b.N*b.CacheBlocks*blockTokens, o.Duration, o.Warmup)
+		liveTokens(w), b.N*b.CacheBlocks*blockTokens, describeBatch(w), o.Duration, o.Warmup)
+}
+
+// describeBatch is the other tenant's load, in prose.
+func describeBatch(w Workload) string {
+	if w.BatchEvery <= 0 {
+		return "No other tenant shares the backends."
+	}
+	return fmt.Sprintf("Skewed load: another tenant's batch job, which no router here sees, runs on backend 0 every %s (the first at the start of the warm-up) for %s; it takes %.0f%% of that backend's prefill compute (ramping up over its first %s), so requests queue there behind its work while holding a running slot: the scraped queue shows none waiting, and a sidecar sees the backend fall behind from its own requests' lateness.",
+		w.BatchEvery, w.BatchFor, 100*w.BatchShare, batchRamp)
 }
 
 const blockTokens = 16 // sim.DefaultBlockTokens, which the bench does not change

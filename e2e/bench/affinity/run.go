@@ -29,13 +29,16 @@ type Options struct {
 
 // Defaults are the full run (make bench-affinity, about 4 minutes on 2
 // cores). The workload holds more live session state than the backends'
-// caches: see README "Affinity policy" for the reasoning.
+// caches, and its load is skewed: agents' bursts of parallel calls, and
+// another tenant's batch jobs on one backend. See README "Affinity
+// policy" for the reasoning.
 var Defaults = Options{
 	Backends: Backends{N: 4, MaxRunning: 16, Prefill: 100 * time.Microsecond, Decode: 20 * time.Millisecond, CacheBlocks: 256},
 	Workload: Workload{
 		Agents: 3, AgentContext: 1000, AgentGrowth: 50, Parallel: 8, AgentTokens: 64, AgentThink: 2 * time.Second,
 		ChatEvery: 150 * time.Millisecond, SystemTokens: 200, ChatFirstMin: 100, ChatFirstMax: 400,
 		ChatTurnsMax: 6, ChatTurnAdded: 60, ChatTokens: 32, ChatThinkMin: 500 * time.Millisecond, ChatThinkMax: 3 * time.Second,
+		BatchEvery: 12 * time.Second, BatchFor: 6 * time.Second, BatchShare: 0.9,
 		Seed: 1,
 	},
 	Warmup: 10 * time.Second, Duration: 40 * time.Second,
@@ -129,7 +132,7 @@ func measure(s *stack, o Options, start time.Time) error {
 	r := s.result
 	tr := &http.Transport{MaxIdleConnsPerHost: 512, ResponseHeaderTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
-	d := &driver{w: o.Workload, urls: s.urls, tag: fmt.Sprint(s.tag), client: &http.Client{Transport: tr}}
+	d := &driver{w: o.Workload, urls: s.urls, tag: fmt.Sprint(s.tag), client: &http.Client{Transport: tr}, occupy: s.sims[0].Occupy}
 	warm := start.Add(o.Warmup)
 	var before counts
 	var snapErr error

@@ -38,7 +38,13 @@ type Workload struct {
 	ChatTokens    int           // output tokens of a chat answer
 	ChatThinkMin  time.Duration // a user's think time between turns: uniform in [min, max]
 	ChatThinkMax  time.Duration
-	Seed          uint64
+	// Another tenant's batch job on backend 0 (not routed by the
+	// policies): every BatchEvery, for BatchFor, it takes BatchShare of
+	// that backend's prefill compute. 0: none.
+	BatchEvery time.Duration
+	BatchFor   time.Duration
+	BatchShare float64
+	Seed       uint64
 }
 
 // Register adds the workload's flags, with d's values as defaults.
@@ -58,6 +64,9 @@ func (w *Workload) Register(fs *flag.FlagSet, d Workload) {
 	fs.IntVar(&w.ChatTokens, "chat-tokens", d.ChatTokens, "output tokens of a chat answer")
 	fs.DurationVar(&w.ChatThinkMin, "chat-think-min", d.ChatThinkMin, "shortest think time between a chat's turns")
 	fs.DurationVar(&w.ChatThinkMax, "chat-think-max", d.ChatThinkMax, "longest think time between a chat's turns")
+	fs.DurationVar(&w.BatchEvery, "batch-every", d.BatchEvery, "another tenant's batch job starts on backend 0 this often (0: none)")
+	fs.DurationVar(&w.BatchFor, "batch-for", d.BatchFor, "how long each batch job runs")
+	fs.Float64Var(&w.BatchShare, "batch-share", d.BatchShare, "share of backend 0's prefill compute a batch job takes while it runs")
 	fs.Uint64Var(&w.Seed, "seed", d.Seed, "random seed of the workload")
 }
 
@@ -77,6 +86,8 @@ type driver struct {
 	urls   []string
 	tag    string // StackHeader
 	client *http.Client
+	// occupy holds backend 0's prefill lane (the batch tenant).
+	occupy func(time.Duration)
 	mu     sync.Mutex
 	out    []sample
 }
@@ -87,6 +98,9 @@ func (d *driver) run(start, end time.Time) []sample {
 	var wg sync.WaitGroup
 	for a := range d.w.Agents {
 		wg.Go(func() { d.agent(a, end) })
+	}
+	if d.w.BatchEvery > 0 && d.occupy != nil {
+		wg.Go(func() { d.batch(start, end) })
 	}
 	for i := 0; ; i++ {
 		at := start.Add(time.Duration(i) * d.w.ChatEvery)
@@ -131,6 +145,28 @@ func (d *driver) chat(i int, end time.Time) {
 		d.record(d.send(d.urls[(base+turn)%len(d.urls)], session, hist, d.w.ChatTokens))
 		hist = append(hist, words(fmt.Sprintf("c%d-t%d", i, turn), d.w.ChatTurnAdded))
 		pause(d.w.ChatThinkMin+time.Duration(rng.Int64N(int64(max(1, d.w.ChatThinkMax-d.w.ChatThinkMin)))), end)
+	}
+}
+
+// batchTick is how finely a batch job's share of the prefill lane is cut:
+// requests sent during a job queue behind at most one tick of it.
+const batchTick = 50 * time.Millisecond
+
+// batchRamp is how long a batch job takes to reach its full share, as
+// its requests arrive.
+const batchRamp = time.Second
+
+// batch is the other tenant: from start, every BatchEvery, a job that
+// holds BatchShare of each batchTick of backend 0's prefill lane for
+// BatchFor, ramping up over its first batchRamp.
+func (d *driver) batch(start, end time.Time) {
+	for job := start; job.Before(end); job = job.Add(d.w.BatchEvery) {
+		time.Sleep(time.Until(job))
+		for t := job; t.Before(job.Add(d.w.BatchFor)) && t.Before(end); t = t.Add(batchTick) {
+			time.Sleep(time.Until(t))
+			ramp := min(1, float64(t.Sub(job)+batchTick)/float64(batchRamp))
+			d.occupy(time.Duration(d.w.BatchShare * ramp * float64(batchTick)))
+		}
 	}
 }
 

@@ -163,6 +163,19 @@ func (s *Server) reservePrefill(tokens int) time.Time {
 	return s.laneFree
 }
 
+// Occupy holds the serial prefill lane for d, as another tenant's
+// prefill would (a batch job sharing the GPU): requests queue behind it.
+// It touches neither the cache nor the counters. Without SerialPrefill it
+// does nothing.
+func (s *Server) Occupy(d time.Duration) {
+	if !s.opts.SerialPrefill {
+		return
+	}
+	s.laneMu.Lock()
+	defer s.laneMu.Unlock()
+	s.laneFree = later(s.laneFree, time.Now()).Add(d)
+}
+
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a

@@ -474,6 +474,28 @@ func TestSerialPrefillQueuesPrefills(t *testing.T) {
 	}
 }
 
+// Occupy holds the serial prefill lane as another tenant's prefill would:
+// a request sent after it waits for it (lower bound only, as above), and
+// the usage counters see nothing of it.
+func TestOccupyDelaysPrefillsBehindIt(t *testing.T) {
+	s, ts := start(t, Options{PrefillPerToken: time.Millisecond, SerialPrefill: true})
+	s.Occupy(300 * time.Millisecond)
+	begin := time.Now()
+	resp, err := http.Post(ts.URL+"/v1/completions", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"prompt":%q,"max_tokens":1}`, words(10, "after"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if took := time.Since(begin); took < 300*time.Millisecond {
+		t.Errorf("a request sent behind a 300ms hold of the lane answered after %v", took)
+	}
+	if st := s.Stats(); st.PromptTokens != 10 || st.CachedTokens != 0 {
+		t.Errorf("stats %+v: want the request's 10 prompt tokens alone", st)
+	}
+}
+
 // Requests that arrive together with the same uncached prompt (an agent's
 // parallel calls) compute it once: the blocks are cached when the first
 // request is scheduled, as vLLM v1 caches full blocks at allocation, and
