@@ -162,24 +162,30 @@ func (b *Balancer) Due(id string, due time.Time) {
 	b.mu.Unlock()
 }
 
-// Done ends the timing of one request Due on id by due, at now.
-func (b *Balancer) Done(id string, due, now time.Time) {
-	us, nowUS := due.Sub(b.epoch).Microseconds(), now.Sub(b.epoch).Microseconds()
+// Done ends the timing of one request Due on id by due: its first token
+// arrived at arrived, or the attempt ended without one (arrived is zero:
+// a failure or a client gone says nothing of the backend's backlog).
+func (b *Balancer) Done(id string, due, arrived time.Time) {
+	us := due.Sub(b.epoch).Microseconds()
 	b.mu.Lock()
 	p := b.due[id]
 	if i := slices.Index(p.dues, us); i >= 0 {
 		p.dues[i] = p.dues[len(p.dues)-1]
 		p.dues = p.dues[:len(p.dues)-1]
 	}
-	p.drainsAt = 0
-	if late := nowUS - us; late > 0 {
-		p.drainsAt = nowUS + late
-	}
 	b.due[id] = p
-	if len(b.due) > sweepAbove {
-		for k, q := range b.due {
-			if q.drained(nowUS) {
-				delete(b.due, k)
+	if !arrived.IsZero() {
+		at := arrived.Sub(b.epoch).Microseconds()
+		p.drainsAt = 0
+		if late := at - us; late > 0 {
+			p.drainsAt = at + late
+		}
+		b.due[id] = p
+		if len(b.due) > sweepAbove {
+			for k, q := range b.due {
+				if q.drained(at) {
+					delete(b.due, k)
+				}
 			}
 		}
 	}

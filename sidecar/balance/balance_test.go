@@ -219,6 +219,13 @@ func TestBehindIsTheOldestLatenessThenADrainingBacklog(t *testing.T) {
 	if got, want := b.Behind("a", done.Add(100*time.Millisecond)), 200*time.Millisecond; got != want {
 		t.Fatalf("behind(a) 100ms after the last first token, 300ms late = %v, want %v", got, want)
 	}
+	// An attempt that ended without a first token (a failure, a client
+	// gone) says nothing of the backlog: it neither sets nor clears it.
+	b.Due("a", done.Add(100*time.Millisecond))
+	b.Done("a", done.Add(100*time.Millisecond), time.Time{})
+	if got, want := b.Behind("a", done.Add(100*time.Millisecond)), 200*time.Millisecond; got != want {
+		t.Fatalf("behind(a) after an attempt ended without a first token = %v, want %v", got, want)
+	}
 	// A request in flight later than the draining backlog sets it again.
 	b.Due("a", done)
 	if got, want := b.Behind("a", done.Add(250*time.Millisecond)), 250*time.Millisecond; got != want {

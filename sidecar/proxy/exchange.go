@@ -126,8 +126,9 @@ type upstreamBody struct {
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 && b.x.timed {
-		b.x.firstToken = b.x.h.o.Now().Sub(b.x.sent)
-		b.x.untimed()
+		now := b.x.h.o.Now()
+		b.x.firstToken = now.Sub(b.x.sent)
+		b.x.untimed(now)
 	}
 	if b.scan != nil && n > 0 {
 		b.scan.Write(p[:n])
@@ -164,7 +165,7 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 		out.Body, out.ContentLength, out.GetBody = io.NopCloser(&x.reqBody), int64(len(body)), x.rewind
 		p.rp.ServeHTTP(x, out)
 		x.answeredOrNot()
-		x.untimed()
+		x.untimed(time.Time{})
 		if x.upErr == nil {
 			x.done = true // (a stream cut short panics out of ServeHTTP instead)
 			return
@@ -253,11 +254,12 @@ func (x *exchange) answeredOrNot() {
 }
 
 // untimed ends the current attempt's timing (Balancer.Due): its first
-// token arrived, or it ended without one.
-func (x *exchange) untimed() {
+// token arrived at arrived, or (zero) it ended without one, or is no
+// stream.
+func (x *exchange) untimed(arrived time.Time) {
 	if x.timed {
 		x.timed = false
-		x.pool.Balancer.Done(x.d.Backend.ID, x.due, x.h.o.Now())
+		x.pool.Balancer.Done(x.d.Backend.ID, x.due, arrived)
 	}
 }
 
@@ -282,7 +284,7 @@ func (x *exchange) answered(resp *http.Response) {
 			x.upBody.scan = &x.usage
 		}
 		if !stream { // a whole response (or an error) has no first token to wait for
-			x.untimed()
+			x.untimed(time.Time{})
 		}
 	}
 }
