@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -127,11 +128,11 @@ func (c *Cluster) start(t testing.TB, etcdBin, apiserverBin string, attempt int)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 
-	etcdClient, err := freePort("127.0.0.1")
+	etcdClient, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		return err
 	}
-	etcdPeer, err := freePort("127.0.0.1")
+	etcdPeer, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -155,7 +156,7 @@ func (c *Cluster) start(t testing.TB, etcdBin, apiserverBin string, attempt int)
 		return fmt.Errorf("etcd: %w\n%s", err, c.etcd.Tail(20))
 	}
 
-	port, err := freePort("127.0.0.1")
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		return err
 	}

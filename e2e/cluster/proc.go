@@ -136,12 +136,13 @@ func (p *Process) Err() error {
 	return p.err
 }
 
-// FreePort returns a TCP port on ip that was free a moment ago. Binaries
-// that cannot take a pre-opened listener need a number; the small race
-// with another process taking it is retried by the callers that can.
+// FreePort returns a port on ip free a moment ago for TCP and UDP, below
+// the kernel's ephemeral range (freeport.Pick: one from that range may
+// become an outgoing connection's local port before the process binds
+// it). Binaries that cannot take a pre-opened listener need a number.
 func FreePort(t testing.TB, ip string) int {
 	t.Helper()
-	port, err := freePort(ip)
+	port, err := freeport.Pick(ip)
 	if err != nil {
 		t.Fatalf("free port on %s: %v", ip, err)
 	}
@@ -152,11 +153,6 @@ func FreePort(t testing.TB, ip string) int {
 func FreeAddr(t testing.TB, ip string) string {
 	return net.JoinHostPort(ip, fmt.Sprint(FreePort(t, ip)))
 }
-
-// freePort is a port free now on ip, below the kernel's ephemeral range
-// (freeport.Pick: one from that range may become an outgoing
-// connection's local port before the process binds it).
-func freePort(ip string) (int, error) { return freeport.Pick(ip) }
 
 // RepoRoot is the directory holding go.mod, found from the working
 // directory (go test runs in the package's directory).

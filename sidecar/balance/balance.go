@@ -173,19 +173,23 @@ func (b *Balancer) Done(id string, due, arrived time.Time) {
 		p.dues[i] = p.dues[len(p.dues)-1]
 		p.dues = p.dues[:len(p.dues)-1]
 	}
-	b.due[id] = p
+	var at int64
 	if !arrived.IsZero() {
-		at := arrived.Sub(b.epoch).Microseconds()
+		at = arrived.Sub(b.epoch).Microseconds()
 		p.drainsAt = 0
 		if late := at - us; late > 0 {
 			p.drainsAt = at + late
 		}
+	}
+	if len(p.dues) == 0 && p.drainsAt == 0 {
+		delete(b.due, id) // nothing pending, no backlog: nothing to say
+	} else {
 		b.due[id] = p
-		if len(b.due) > sweepAbove {
-			for k, q := range b.due {
-				if q.drained(at) {
-					delete(b.due, k)
-				}
+	}
+	if !arrived.IsZero() && len(b.due) > sweepAbove {
+		for k, q := range b.due {
+			if q.drained(at) {
+				delete(b.due, k)
 			}
 		}
 	}

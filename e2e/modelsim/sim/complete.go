@@ -157,9 +157,15 @@ func (run *run) whole(ctx context.Context, w http.ResponseWriter) {
 // and returns when their computation ends.
 func (s *Server) reservePrefill(tokens int) time.Time {
 	per, _ := s.Timing()
+	return s.reserveLane(time.Duration(tokens) * per)
+}
+
+// reserveLane queues d of work on the serial prefill lane and returns
+// when it ends.
+func (s *Server) reserveLane(d time.Duration) time.Time {
 	s.laneMu.Lock()
 	defer s.laneMu.Unlock()
-	s.laneFree = later(s.laneFree, time.Now()).Add(time.Duration(tokens) * per)
+	s.laneFree = later(s.laneFree, time.Now()).Add(d)
 	return s.laneFree
 }
 
@@ -168,12 +174,9 @@ func (s *Server) reservePrefill(tokens int) time.Time {
 // It touches neither the cache nor the counters. Without SerialPrefill it
 // does nothing.
 func (s *Server) Occupy(d time.Duration) {
-	if !s.opts.SerialPrefill {
-		return
+	if s.opts.SerialPrefill {
+		s.reserveLane(d)
 	}
-	s.laneMu.Lock()
-	defer s.laneMu.Unlock()
-	s.laneFree = later(s.laneFree, time.Now()).Add(d)
 }
 
 func later(a, b time.Time) time.Time {
