@@ -173,7 +173,7 @@ bench-go: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Round robin, hard, threshold soft, cost soft affinity and the global-map
-# oracle on a skewed multi-turn workload under cache pressure (~4 min);
+# oracle on a skewed multi-turn workload under cache pressure (~3.5 min);
 # writes e2e/bench/AFFINITY.md.
 bench-affinity:
 	$(GO) run ./e2e/bench affinity

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,8 +38,8 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("modelsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8001", "address to listen on (port 0 picks a free port)")
-	id := fs.String("id", "", "identity reported in X-Modelsim-Id and system_fingerprint (default: the listen address)")
+	listen := fs.String("listen", "127.0.0.1:8001", "address to listen on (port 0 picks a free port); several, comma-separated, serve that many independent backends from one process")
+	id := fs.String("id", "", "identity reported in X-Modelsim-Id and system_fingerprint (default: the listen address); with several --listen addresses, one per address, comma-separated")
 	model := fs.String("model", sim.DefaultModel, "served model name")
 	blockTokens := fs.Int("block-tokens", sim.DefaultBlockTokens, "prefix-cache block size in tokens")
 	cacheBlocks := fs.Int("cache-blocks", sim.DefaultCacheBlocks, "prefix-cache capacity in blocks (LRU)")
@@ -68,42 +70,77 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--fault: %w", err)
 	}
 
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return err
+	addrs := strings.Split(*listen, ",")
+	ids := make([]string, len(addrs))
+	if *id != "" {
+		if ids = strings.Split(*id, ","); len(ids) != len(addrs) {
+			return fmt.Errorf("--id: %d ids for %d --listen addresses; give one per address", len(ids), len(addrs))
+		}
 	}
-	addr := ln.Addr().String()
-	if *id == "" {
-		*id = addr
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", strings.TrimSpace(a))
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil)).With("modelsim", *id)
-	s := sim.New(sim.Options{
-		ID: *id, Model: *model, BlockTokens: *blockTokens, CacheBlocks: *cacheBlocks,
-		PrefillPerToken: *prefill, DecodePerToken: *decode, MaxRunning: *maxRunning, Logger: log,
-		SerialPrefill: *serial, Fault: fault,
-	})
-	// No write timeout: streams last as long as their tokens take.
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("listening", "addr", addr, "model", *model, "block_tokens", *blockTokens, "cache_blocks", *cacheBlocks,
-		"prefill_per_token", prefill.String(), "decode_per_token", decode.String(), "max_running", *maxRunning,
-		"serial_prefill", *serial)
-	// Tests of processes wait for this line (with --listen :0 it has the real port).
-	fmt.Fprintf(stdout, "modelsim %s listening on %s\n", *id, addr)
+	// Every listener is a backend of its own (its cache, lanes, counters
+	// and metrics): one process can stand in for a fleet, which spares a
+	// 2-core benchmark dozens of Go runtimes waking up beside the proxies
+	// it measures.
+	servers := make([]*http.Server, len(lns))
+	logs := make([]*slog.Logger, len(lns))
+	served := make(chan error, len(lns))
+	for i, ln := range lns {
+		addr := ln.Addr().String()
+		if ids[i] == "" {
+			ids[i] = addr
+		}
+		logs[i] = slog.New(slog.NewJSONHandler(stderr, nil)).With("modelsim", ids[i])
+		s := sim.New(sim.Options{
+			ID: ids[i], Model: *model, BlockTokens: *blockTokens, CacheBlocks: *cacheBlocks,
+			PrefillPerToken: *prefill, DecodePerToken: *decode, MaxRunning: *maxRunning, Logger: logs[i],
+			SerialPrefill: *serial, Fault: fault,
+		})
+		// No write timeout: streams last as long as their tokens take.
+		servers[i] = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		go func() { served <- servers[i].Serve(ln) }()
+		logs[i].Info("listening", "addr", addr, "model", *model, "block_tokens", *blockTokens, "cache_blocks", *cacheBlocks,
+			"prefill_per_token", prefill.String(), "decode_per_token", decode.String(), "max_running", *maxRunning,
+			"serial_prefill", *serial)
+		// Tests of processes wait for this line (with --listen :0 it has the real port).
+		fmt.Fprintf(stdout, "modelsim %s listening on %s\n", ids[i], addr)
+	}
+	lns = nil // the servers own them now
 
 	select {
 	case err := <-served:
+		for _, srv := range servers {
+			srv.Close()
+		}
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("shutdown did not drain; closing", "err", err)
-		return srv.Close()
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, srv := range servers {
+		wg.Go(func() {
+			logs[i].Info("shutting down")
+			if err := srv.Shutdown(sctx); err != nil {
+				logs[i].Warn("shutdown did not drain; closing", "err", err)
+				errs[i] = srv.Close()
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }

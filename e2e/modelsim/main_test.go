@@ -70,6 +70,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--fault", "melt"},
 		{"--nope"},
 		{"extra"},
+		{"--listen", "127.0.0.1:0,127.0.0.1:0", "--id", "only-one"},
 	} {
 		if err := run(t.Context(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("%q accepted", args)
@@ -110,5 +111,69 @@ func TestShutdownCutsStreamsAfterDrainTime(t *testing.T) {
 	}
 	if _, err := io.ReadAll(r); err == nil {
 		t.Fatal("the cut stream ended cleanly")
+	}
+}
+
+// Several --listen addresses are as many backends in one process: each
+// has its own identity and its own prefix cache, so a prompt cached on
+// one is a miss on the other.
+func TestRunServesOneBackendPerListenAddress(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0,127.0.0.1:0", "--id", "b0,b1",
+			"--prefill-per-token", "0", "--decode-per-token", "0"}, outW, io.Discard)
+		outW.Close()
+	}()
+	lines := bufio.NewReader(out)
+	addrs := map[string]string{}
+	for range 2 {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("listening lines: %v", err)
+		}
+		f := strings.Fields(line)
+		addrs[f[1]] = f[4]
+	}
+	if len(addrs) != 2 || addrs["b0"] == "" || addrs["b1"] == "" || addrs["b0"] == addrs["b1"] {
+		t.Fatalf("listening on %v", addrs)
+	}
+
+	prompt := strings.Repeat("w ", 64)
+	complete := func(id string) (servedBy string, cached int) {
+		t.Helper()
+		resp, err := http.Post("http://"+addrs[id]+"/v1/completions", "application/json",
+			strings.NewReader(`{"prompt":"`+prompt+`","max_tokens":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a struct {
+			Usage struct {
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Get("X-Modelsim-Id"), a.Usage.Details.Cached
+	}
+	if by, cached := complete("b0"); by != "b0" || cached != 0 {
+		t.Fatalf("first prompt on b0: served by %q, %d cached", by, cached)
+	}
+	if by, cached := complete("b0"); by != "b0" || cached == 0 {
+		t.Fatalf("second prompt on b0: served by %q, %d cached (want a hit)", by, cached)
+	}
+	if by, cached := complete("b1"); by != "b1" || cached != 0 {
+		t.Fatalf("the prompt on b1: served by %q, %d cached (b1's cache is its own)", by, cached)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
 	}
 }

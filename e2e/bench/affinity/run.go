@@ -27,7 +27,7 @@ type Options struct {
 	LogLevel slog.Level
 }
 
-// Defaults are the full run (make bench-affinity, about 4 minutes on 2
+// Defaults are the full run (make bench-affinity, about 3.5 minutes on 2
 // cores). The workload holds more live session state than the backends'
 // caches, and its load is skewed: agents' bursts of parallel calls, and
 // another tenant's batch jobs on one backend. See README "Affinity
@@ -41,7 +41,7 @@ var Defaults = Options{
 		BatchEvery: 12 * time.Second, BatchFor: 6 * time.Second, BatchShare: 0.9,
 		Seed: 1,
 	},
-	Warmup: 10 * time.Second, Duration: 40 * time.Second,
+	Warmup: 6 * time.Second, Duration: 36 * time.Second,
 	Policies: Policies, LogLevel: slog.LevelWarn,
 }
 

@@ -16,16 +16,37 @@ const startTimeout = 30 * time.Second
 // Modelsim starts bin/modelsim on a free port with extra flags
 // (--prefill-per-token …) and waits for /health. It returns the address.
 func (e *Env) Modelsim(id string, flags ...string) (*Process, string, error) {
-	addr, err := e.Addr()
+	p, addrs, err := e.Modelsims([]string{id}, nil, flags...)
 	if err != nil {
-		return nil, "", err
+		return p, "", err
 	}
-	args := append([]string{"--listen", addr, "--id", id}, flags...)
-	p, err := e.Start(id, filepath.Join(e.Bin, "modelsim"), args...)
+	return p, addrs[0], nil
+}
+
+// Modelsims starts one bin/modelsim process serving one backend per id,
+// each on a free port with its own cache and counters, and waits for
+// every /health. It returns the addresses, in ids' order. One process
+// for a fleet keeps a 2-core machine's scheduler for what is measured.
+// env is added to the process's environment.
+func (e *Env) Modelsims(ids, env []string, flags ...string) (*Process, []string, error) {
+	addrs := make([]string, len(ids))
+	for i := range addrs {
+		var err error
+		if addrs[i], err = e.Addr(); err != nil {
+			return nil, nil, err
+		}
+	}
+	args := append([]string{"--listen", strings.Join(addrs, ","), "--id", strings.Join(ids, ",")}, flags...)
+	p, err := e.StartEnv(ids[0], filepath.Join(e.Bin, "modelsim"), env, args...)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	return p, addr, p.WaitHTTP("http://"+addr+"/health", startTimeout)
+	for _, a := range addrs {
+		if err := p.WaitHTTP("http://"+a+"/health", startTimeout); err != nil {
+			return p, nil, err
+		}
+	}
+	return p, addrs, nil
 }
 
 // Redis starts redis-server without persistence on a free port.

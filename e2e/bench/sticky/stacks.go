@@ -72,12 +72,13 @@ type stack struct {
 // startStack starts B backends and R router replicas for policy.
 func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error) {
 	s := &stack{policy: policy}
-	for i := range b {
-		addr, err := startModelsim(env, fmt.Sprintf("%s-b%d", policy, i), m)
-		if err != nil {
-			return nil, err
-		}
-		s.backends = append(s.backends, addr)
+	ids := make([]string, b)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-b%d", policy, i)
+	}
+	var err error
+	if s.backends, err = startModelsims(env, ids, m); err != nil {
+		return nil, err
 	}
 	switch policy {
 	case RoundRobin, LeastOutstanding, ConsistentHash, Oracle:
@@ -120,22 +121,37 @@ func startStack(env *procs.Env, policy string, r, b int, m Model) (*stack, error
 	return s, nil
 }
 
-// startModelsim starts one backend, on another free port when the first
-// was taken between the Env's probe and the process's bind (a shared
-// machine's other processes take ports too; a run starts hundreds).
-func startModelsim(env *procs.Env, name string, m Model) (string, error) {
+// simEnv runs each policy's simulated fleet on one thread with a lazier
+// garbage collector: its work is a few milliseconds of CPU per request
+// (parsing and hashing prompts of thousands of tokens) while its clocks
+// are simulated, so a second thread and frequent collections would only
+// take the machine from the routers and sidecars whose TTFT is measured.
+var simEnv = []string{"GOMAXPROCS=1", "GOGC=400"}
+
+// startModelsims starts the backends (one process, one listener each),
+// on other free ports when one was taken between the Env's probe and the
+// process's bind (a shared machine's other processes take ports too; a
+// run starts hundreds).
+func startModelsims(env *procs.Env, ids []string, m Model) ([]string, error) {
 	var err error
 	for attempt := range 3 {
-		id := name
+		try := ids
 		if attempt > 0 {
-			id = fmt.Sprintf("%s-retry%d", name, attempt)
+			try = make([]string, len(ids))
+			for i, id := range ids {
+				try[i] = fmt.Sprintf("%s-retry%d", id, attempt)
+			}
 		}
-		var addr string
-		if _, addr, err = env.Modelsim(id, m.flags()...); err == nil {
-			return addr, nil
+		var p *procs.Process
+		var addrs []string
+		if p, addrs, err = env.Modelsims(try, simEnv, m.flags()...); err == nil {
+			return addrs, nil
+		}
+		if p != nil {
+			p.Kill()
 		}
 	}
-	return "", err
+	return nil, err
 }
 
 func (s *stack) close() {
