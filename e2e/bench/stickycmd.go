@@ -28,7 +28,7 @@ type stickyFlags struct {
 var stickyDefaults = stickyFlags{
 	replicas: "1,3,6", backends: "4,8", policies: strings.Join(sticky.AllPolicies, ","),
 	prefill: 50 * time.Microsecond, decode: 6 * time.Millisecond, cacheBlocks: 4096,
-	cacheSweep: "16384", sweepPolicies: "round-robin,tether-memory,tether-gossip,oracle",
+	cacheSweep: "1024,16384", sweepPolicies: "round-robin,tether-memory,tether-gossip,oracle",
 	work: workload.Defaults,
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/tetherproxy/tether/e2e/bench/hop"
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
@@ -61,10 +62,18 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	fmt.Fprintf(b, "%s\n\n", stickySetup(in))
 	writeTables(b, sticky.Tables(o, in.Sticky))
 	writeTables(b, targetTables(in))
-	if t := sticky.SweepTable(o, in.Sticky, in.Sweep); t != nil {
-		share, distinct := workload.Footprint(workload.Generate(o.Workload), o.Workload)
-		fmt.Fprintf(b, "**Why the gaps are this size.** Two things give every policy hits, sticky or not: the shared system prompt is %.0f%% of all prompt tokens (each backend caches it at its first use), and a conversation's earlier turns stay cached on every backend it visited while the cache has room, so a policy that moves a conversation still finds its prefix as of its last visit there. A per-replica store whose replicas place new sessions by load is little better than that: a turn reaches a replica that has seen its session with a probability that grows only slowly with the turns (1/R for the second), otherwise that replica's own choice, so the penalty grows with R and with the length of the conversations; placing by the key's hash (tether's default) makes the replicas' independent choices agree, so tether's per-replica memory can come close to the shared stores (compare its row). What makes moving expensive is eviction: the workload's conversations hold %d distinct tokens, the B = %d backends' caches %d tokens together; a policy that spreads each conversation over several backends keeps several copies, and the smaller the cache, the more those copies evict each other. TTFT follows the uncached tokens: a sticky turn prefills the previous answer and the new user message, a moved turn also everything since its last visit to that backend, so on idle GPUs the TTFT ratio is at most the ratio of uncached tokens (about 2-4×), less the fixed costs of a request. Under load it grows: prefill is serial on a GPU, a policy that recomputes 2-3× the tokens keeps its prefill lanes 2-3× as busy, and a queue's wait grows as busy/(1 − busy), so round robin's TTFT rises much faster than a sticky policy's (compare the prefill busy column with TTFT p50). The same workload with other cache sizes:\n\n",
-			100*share, distinct, in.Sweep[0].B, in.Sweep[0].B*o.Model.CacheBlocks*16)
+	share, distinct := workload.Footprint(workload.Generate(o.Workload), o.Workload)
+	cacheB := slices.Min(o.Backends)
+	next := " The same workload with other cache sizes:\n\n"
+	t := sticky.SweepTable(o, in.Sticky, in.Sweep)
+	if t != nil {
+		cacheB = in.Sweep[0].B
+	} else {
+		next = " `go run ./e2e/bench sticky` alone repeats the largest R and smallest B with other cache sizes (`-cache-sweep`, 1024 and 16384 blocks by default; left out of `make bench` to keep it short).\n\n"
+	}
+	fmt.Fprintf(b, "**Why the gaps are this size.** Two things give every policy hits, sticky or not: the shared system prompt is %.0f%% of all prompt tokens (each backend caches it at its first use), and a conversation's earlier turns stay cached on every backend it visited while the cache has room, so a policy that moves a conversation still finds its prefix as of its last visit there. A per-replica store whose replicas place new sessions by load is little better than that: a turn reaches a replica that has seen its session with a probability that grows only slowly with the turns (1/R for the second), otherwise that replica's own choice, so the penalty grows with R and with the length of the conversations; placing by the key's hash (tether's default) makes the replicas' independent choices agree, so tether's per-replica memory can come close to the shared stores (compare its row). What makes moving expensive is eviction: the workload's conversations hold %d distinct tokens, the B = %d backends' caches %d tokens together; a policy that spreads each conversation over several backends keeps several copies, and the smaller the cache, the more those copies evict each other. TTFT follows the uncached tokens: a sticky turn prefills the previous answer and the new user message, a moved turn also everything since its last visit to that backend, so on idle GPUs the TTFT ratio is at most the ratio of uncached tokens (about 2-4×), less the fixed costs of a request. Under load it grows: prefill is serial on a GPU, a policy that recomputes 2-3× the tokens keeps its prefill lanes 2-3× as busy, and a queue's wait grows as busy/(1 − busy), so round robin's TTFT rises much faster than a sticky policy's (compare the prefill busy column with TTFT p50).%s%s",
+		100*share, distinct, cacheB, cacheB*o.Model.CacheBlocks*16, uncachedNote(in), next)
+	if t != nil {
 		writeTables(b, []*table.Table{t})
 	}
 	var figs []figure
@@ -201,4 +210,26 @@ func sortXY(s *Series) {
 		x[i], y[i] = s.X[j], s.Y[j]
 	}
 	s.X, s.Y = x, y
+}
+
+// uncachedNote says, for the largest R and every B, how many times the
+// uncached prompt tokens of tether gossip round robin computed, and how
+// busy its prefill was: on lightly loaded backends that ratio bounds the
+// TTFT ratio, so it explains a B where the TTFT target is close.
+func uncachedNote(in *Input) string {
+	o := in.StickyOpts
+	r := slices.Max(o.Replicas)
+	var parts []string
+	for _, b := range o.Backends {
+		rr, g := sticky.Find(in.Sticky, sticky.RoundRobin, r, b), sticky.Find(in.Sticky, sticky.TetherGossip, r, b)
+		if rr == nil || g == nil || g.Prompt == g.Cached {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%.1f× the uncached prompt tokens tether gossip computed at B = %d (round robin's prefill busy %.0f%% of the run)",
+			float64(rr.Prompt-rr.Cached)/float64(g.Prompt-g.Cached), b, 100*rr.PrefillBusy(o.Model)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" In this run, at R = %d, round robin computed %s.", r, strings.Join(parts, ", and "))
 }
