@@ -88,6 +88,11 @@ func (o Options) ForBackends(b int) workload.Params {
 // policies share the machine's noise of the same seconds. Then the cache
 // sweep, whose results come second.
 func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
+	// A configuration's processes stop while the next one starts: a
+	// gossip ring whose members all stop at once waits out each one's
+	// leave timeout, idle seconds the next configuration need not wait.
+	var closing sync.WaitGroup
+	defer closing.Wait()
 	step := func(s string) {
 		if o.Step != nil {
 			o.Step(s)
@@ -98,7 +103,7 @@ func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 		convs := workload.Generate(w)
 		for _, r := range o.Replicas {
 			step(fmt.Sprintf("sticky R=%d B=%d: %d policies at once", r, b, len(o.Policies)))
-			res, err := runConfig(ctx, o, w, convs, r, b)
+			res, err := runConfig(ctx, o, w, convs, r, b, &closing)
 			if err != nil {
 				return nil, nil, fmt.Errorf("R=%d B=%d: %w", r, b, err)
 			}
@@ -112,7 +117,7 @@ func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 		step(fmt.Sprintf("sticky cache sweep: %d blocks per backend, R=%d B=%d", c, r, b))
 		so := o
 		so.Model.CacheBlocks, so.Policies = c, o.SweepPolicies
-		res, err := runConfig(ctx, so, w, convs, r, b)
+		res, err := runConfig(ctx, so, w, convs, r, b, &closing)
 		if err != nil {
 			return nil, nil, fmt.Errorf("cache %d blocks: %w", c, err)
 		}
@@ -121,12 +126,13 @@ func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 	return main, sweep, nil
 }
 
-func runConfig(ctx context.Context, o Options, w workload.Params, convs []workload.Conversation, r, b int) ([]*Result, error) {
+// runConfig measures one (R, B); its processes are stopped in closing.
+func runConfig(ctx context.Context, o Options, w workload.Params, convs []workload.Conversation, r, b int, closing *sync.WaitGroup) ([]*Result, error) {
 	env, err := procs.NewEnv(o.Bin)
 	if err != nil {
 		return nil, err
 	}
-	defer env.Close()
+	defer closing.Go(env.Close)
 	stacks := make([]*stack, len(o.Policies))
 	errs := make([]error, len(o.Policies))
 	var wg sync.WaitGroup
