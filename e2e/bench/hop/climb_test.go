@@ -52,3 +52,19 @@ func TestClimbProbesCoversTheWorstCase(t *testing.T) {
 		t.Errorf("ClimbProbes(3, streaming) = %d, want %d", got, want)
 	}
 }
+
+func TestMaxRateLabel(t *testing.T) {
+	for _, c := range []struct {
+		m    MaxRate
+		want string
+	}{
+		{MaxRate{Mode: NonStreaming, Rate: 3000}, "3000"},
+		{MaxRate{Mode: NonStreaming, Rate: 8000, Capped: true}, "≥ 8000"},
+		{MaxRate{Mode: NonStreaming}, "< 1000"},
+		{MaxRate{Mode: Streaming}, "< 100"},
+	} {
+		if got := c.m.Label(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.m, got, c.want)
+		}
+	}
+}

@@ -90,6 +90,18 @@ type MaxRate struct {
 	Probes int
 }
 
+// Label is the rate as the tables print it: "≥ 8000" at the ladder's
+// top, "< 1000" when even the first rung failed.
+func (m MaxRate) Label() string {
+	switch {
+	case m.Capped:
+		return fmt.Sprintf("≥ %.0f", m.Rate)
+	case m.Rate == 0:
+		return fmt.Sprintf("< %.0f", rungsOf(m.Mode)[0])
+	}
+	return fmt.Sprintf("%.0f", m.Rate)
+}
+
 // Results of a hop benchmark.
 type Results struct {
 	Opts   Options

@@ -106,20 +106,13 @@ func (r *Results) Tables() []*table.Table {
 		t := &table.Table{Title: fmt.Sprintf("highest rate sustained: p99 added over direct's at the same rung < %v, no errors, the offered rate completed; every proxy probed for %v at each rung of %v requests/s (streamed: %v) until its first failure, confirmed by a second probe after a fresh one of direct", o.P99Limit, o.ProbeTime, ladder, streamLadder),
 			Head: []string{"proxy", "mode", "requests/s", "×HAProxy"}}
 		for _, m := range r.Max {
-			s := fmt.Sprintf("%.0f", m.Rate)
-			switch {
-			case m.Capped:
-				s = "≥ " + s
-			case m.Rate == 0: // failed the first rung
-				s = fmt.Sprintf("< %.0f", rungsOf(m.Mode)[0])
-			}
 			ratio := "—"
 			for _, h := range r.Max {
 				if h.Proxy == HAProxy && h.Mode == m.Mode {
 					ratio = Ratio(m.Rate, h.Rate)
 				}
 			}
-			t.Add(Labels[m.Proxy], string(m.Mode), s, ratio)
+			t.Add(Labels[m.Proxy], string(m.Mode), m.Label(), ratio)
 		}
 		out = append(out, t)
 	}

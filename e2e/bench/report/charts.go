@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -49,12 +50,27 @@ func newPlot(title, command, xLabel, yLabel string) *plot.Plot {
 	return p
 }
 
-// LineChart draws series over a shared x axis (logarithmic if logX).
-func LineChart(path, title, command, xLabel, yLabel string, series []Series, logX bool) error {
+// palette is plotutil's seven colours and black, so that the hop
+// charts' eight proxies each get their own.
+var palette = append(slices.Clone(plotutil.DefaultColors), color.Black)
+
+// seriesColor is the i-th colour of the palette, cycling.
+func seriesColor(i int) color.Color { return palette[i%len(palette)] }
+
+// Axes says which axes of a LineChart are logarithmic.
+type Axes struct{ LogX, LogY bool }
+
+// LineChart draws series over a shared x axis. A logarithmic axis needs
+// positive values.
+func LineChart(path, title, command, xLabel, yLabel string, series []Series, axes Axes) error {
 	p := newPlot(title, command, xLabel, yLabel)
-	if logX {
+	if axes.LogX {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	if axes.LogY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
 	for i, s := range series {
 		xys := make(plotter.XYs, len(s.X))
@@ -69,7 +85,7 @@ func LineChart(path, title, command, xLabel, yLabel string, series []Series, log
 		if c < 0 {
 			c = i
 		}
-		l.Color, pts.Color = plotutil.Color(c), plotutil.Color(c)
+		l.Color, pts.Color = seriesColor(c), seriesColor(c)
 		l.Width = vg.Points(1.5)
 		pts.Shape = plotutil.Shape(c)
 		if s.Dashed {
@@ -98,7 +114,7 @@ func BarChart(path, title, command, yLabel string, categories []string, groups [
 		if err != nil {
 			return err
 		}
-		b.Color = plotutil.Color(i)
+		b.Color = seriesColor(i)
 		b.LineStyle.Width = 0
 		b.Offset = w * vg.Length(float64(i)-float64(len(groups)-1)/2)
 		p.Add(b)
@@ -109,7 +125,7 @@ func BarChart(path, title, command, yLabel string, categories []string, groups [
 	}
 	for _, r := range refs {
 		f := plotter.NewFunction(func(float64) float64 { return r.Y })
-		f.Color = darker(plotutil.Color(r.Color))
+		f.Color = darker(seriesColor(r.Color))
 		f.Width = vg.Points(1.5)
 		f.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
 		p.Add(f)

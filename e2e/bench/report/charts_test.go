@@ -12,7 +12,7 @@ func TestChartsAreValidPNGs(t *testing.T) {
 	dir := t.TempDir()
 	line := filepath.Join(dir, "line.png")
 	if err := LineChart(line, "title", "go run ./e2e/bench x", "x", "y",
-		[]Series{{Name: "a", X: []float64{1, 10, 100}, Y: []float64{3, 2, 1}}, {Name: "b", X: []float64{1, 10}, Y: []float64{1, 2}, Dashed: true}}, true); err != nil {
+		[]Series{{Name: "a", X: []float64{1, 10, 100}, Y: []float64{3, 2, 1}}, {Name: "b", X: []float64{1, 10}, Y: []float64{1, 2}, Dashed: true}}, Axes{LogX: true, LogY: true}); err != nil {
 		t.Fatal(err)
 	}
 	bars := filepath.Join(dir, "bars.png")

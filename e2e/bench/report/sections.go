@@ -22,33 +22,33 @@ func hopSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 		in.HopCmd, r.Setup(), toolVersion("haproxy"), toolVersion("nginx"))
 	writeTables(b, r.Tables())
 	var figs []figure
-	for i, mode := range r.Opts.Modes {
+	for _, mode := range r.Opts.Modes {
+		// Latency itself, on a log scale, with direct's as the floor: what
+		// a proxy adds is its line's height above direct's, and the rates
+		// where a proxy runs out of CPU (seconds) and those where it adds a
+		// fraction of a millisecond read on one chart.
 		var series []Series
 		for c, name := range r.Opts.Proxies {
-			if name == hop.Direct {
-				continue
-			}
 			var xs, p99, p50 []float64
 			for _, p := range r.Points {
 				if p.Proxy != name || p.Mode != mode {
 					continue
 				}
-				a99, _ := r.Added(&p, 0.99)
-				a50, _ := r.Added(&p, 0.5)
-				xs, p99, p50 = append(xs, p.Rate), append(p99, float64(a99)/1e6), append(p50, float64(a50)/1e6)
+				xs = append(xs, p.Rate)
+				p99 = append(p99, float64(p.Res.Latency.Quantile(0.99))/1e6)
+				p50 = append(p50, float64(p.Res.Latency.Quantile(0.5))/1e6)
 			}
 			series = append(series, Series{Name: hop.Labels[name], X: xs, Y: p99, Color: c},
 				Series{X: xs, Y: p50, Dashed: true, Color: c})
 		}
-		f := figure{File: fmt.Sprintf("hop-%s.png", mode),
-			Caption: fmt.Sprintf("Added latency over direct vs offered rate, %s (solid p99, dashed p50). `%s`", mode, in.HopCmd)}
-		if err := LineChart(filepath.Join(dir, f.File), fmt.Sprintf("Added latency over direct, %s (solid p99, dashed p50)", mode), shortCmd(in.HopCmd),
-			"offered requests/s", "added latency, ms", series, false); err != nil {
+		title := fmt.Sprintf("Latency vs offered rate, %s (solid p99, dashed p50; log scale)", mode)
+		f := figure{File: fmt.Sprintf("hop-%s.png", mode), Caption: fmt.Sprintf("%s: a proxy's added latency is its height above direct's line. `%s`", title, in.HopCmd)}
+		if err := LineChart(filepath.Join(dir, f.File), title, shortCmd(in.HopCmd),
+			"offered requests/s", "latency, ms", series, Axes{LogY: true}); err != nil {
 			return nil, err
 		}
 		figs = append(figs, f)
 		b.WriteString(f.markdown() + "\n")
-		_ = i
 	}
 	return figs, nil
 }
@@ -93,7 +93,7 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 		f := figure{File: "sticky-cache-sweep.png",
 			Caption: fmt.Sprintf("Hit rate vs prefix-cache size per backend, R = %d, B = %d. `%s`", r, bk, in.StickyCmd)}
 		if err := LineChart(filepath.Join(dir, f.File), fmt.Sprintf("Hit rate vs prefix-cache size, R = %d, B = %d", r, bk),
-			shortCmd(in.StickyCmd), "prefix-cache capacity per backend, tokens", "hit rate, %", series, true); err != nil {
+			shortCmd(in.StickyCmd), "prefix-cache capacity per backend, tokens", "hit rate, %", series, Axes{LogX: true}); err != nil {
 			return nil, err
 		}
 		figs = append(figs, f)
@@ -161,7 +161,7 @@ func scaleSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	}
 	f := figure{File: "scale-bytes.png", Caption: fmt.Sprintf("Bytes per binding vs bindings held. `%s`", in.ScaleCmd)}
 	if err := LineChart(filepath.Join(dir, f.File), "Bytes per binding vs bindings held", shortCmd(in.ScaleCmd),
-		"bindings", "bytes per binding", series, true); err != nil {
+		"bindings", "bytes per binding", series, Axes{LogX: true}); err != nil {
 		return nil, err
 	}
 	figs = append(figs, f)
@@ -174,7 +174,7 @@ func scaleSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	}
 	f = figure{File: "scale-convergence.png", Caption: fmt.Sprintf("Gossip convergence time vs ring size. `%s`", in.ScaleCmd)}
 	if err := LineChart(filepath.Join(dir, f.File), "Gossip convergence vs ring size", shortCmd(in.ScaleCmd),
-		"nodes in the ring", "until every node holds a new binding, ms", []Series{p50, p99}, false); err != nil {
+		"nodes in the ring", "until every node holds a new binding, ms", []Series{p50, p99}, Axes{}); err != nil {
 		return nil, err
 	}
 	figs = append(figs, f)

@@ -133,7 +133,7 @@ func headline(in *Input) *table.Table {
 			}
 			if tr != nil && hr != nil {
 				t.Add(fmt.Sprintf("highest rate at p99 added over direct < %v, %s: tether vs HAProxy", r.Opts.P99Limit, mode),
-					fmt.Sprintf("%.0f vs %.0f req/s (%s)", tr.Rate, hr.Rate, hop.Ratio(tr.Rate, hr.Rate)))
+					fmt.Sprintf("%s vs %s req/s (%s)", tr.Label(), hr.Label(), hop.Ratio(tr.Rate, hr.Rate)))
 			}
 		}
 	}
