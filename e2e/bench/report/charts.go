@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"slices"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -70,7 +71,20 @@ func LineChart(path, title, command, xLabel, yLabel string, series []Series, axe
 	}
 	if axes.LogY {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Tick.Marker = ticks125{}
+		// Room above the data for the legend (top left): the data take
+		// the lower part of the decades shown.
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, s := range series {
+			for _, y := range s.Y {
+				lo, hi = min(lo, y), max(hi, y)
+			}
+		}
+		if lo > 0 && hi >= lo {
+			decades := math.Log10(hi/lo) + 0.2
+			p.Y.Min = lo / math.Pow(10, 0.1)
+			p.Y.Max = p.Y.Min * math.Pow(10, decades/(1-legendShare(countNamed(series))))
+		}
 	}
 	for i, s := range series {
 		xys := make(plotter.XYs, len(s.X))
@@ -148,4 +162,50 @@ type figure struct {
 
 func (f figure) markdown() string {
 	return fmt.Sprintf("![%s](%s)\n\n*%s*\n", f.Caption, f.File, f.Caption)
+}
+
+// countNamed is the number of series with a legend entry.
+func countNamed(series []Series) int {
+	n := 0
+	for _, s := range series {
+		if s.Name != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// legendShare is the part of a chart's height a legend of n entries
+// takes at its top.
+func legendShare(n int) float64 { return min(float64(n)*0.05, 0.6) }
+
+// ticks125 labels a logarithmic axis at 1, 2 and 5 of every decade it
+// shows, or at the powers of ten alone when it shows more than three
+// (plot.LogTicks labels only the powers of ten: one or two labels on a
+// chart spanning a decade or two), with unlabelled minor ticks at the
+// other integers.
+type ticks125 struct{}
+
+func (ticks125) Ticks(lo, hi float64) []plot.Tick {
+	if lo <= 0 || hi <= lo {
+		return nil
+	}
+	// Over more than three decades 2 and 5 would crowd the axis.
+	sparse := math.Log10(hi/lo) > 3
+	var out []plot.Tick
+	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
+		d := math.Pow(10, e)
+		for m := 1; m <= 9; m++ {
+			v := float64(m) * d
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || (!sparse && (m == 2 || m == 5)) {
+				t.Label = strconv.FormatFloat(v, 'f', -1, 64)
+			}
+			out = append(out, t)
+		}
+	}
+	return out
 }
