@@ -26,7 +26,7 @@ var (
 	fullHop = hopFlags{
 		proxies: strings.Join(hop.AllProxies, ","), modes: "non-streaming,streaming",
 		rates: "1000,5000", streamRates: "200,500",
-		duration: 3 * time.Second, warmup: 500 * time.Millisecond, maxRate: true, probe: time.Second,
+		duration: 2500 * time.Millisecond, warmup: 500 * time.Millisecond, maxRate: true, probe: time.Second,
 		sessions: 1000, backends: 3,
 	}
 	// Without bench sticky's cache sweep: it adds a run of a minute and
