@@ -14,20 +14,28 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// startRun runs the command with args until ctx ends. It returns its
+// standard output, where it prints a line per listener, and the channel
+// run's result arrives on.
+func startRun(ctx context.Context, args []string, stderr io.Writer) (*bufio.Reader, <-chan error) {
+	out, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, args, outW, stderr)
+		outW.Close()
+	}()
+	return bufio.NewReader(out), done
+}
+
 // The process prints its real address once listening, serves, and shuts
 // down when its context (the signal, in main) ends.
 func TestRunListensServesAndShutsDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out, outW := io.Pipe()
 	var logs strings.Builder
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--model", "m", "--prefill-per-token", "0", "--decode-per-token", "0"}, outW, &logs)
-		outW.Close()
-	}()
+	out, done := startRun(ctx, []string{"--listen", "127.0.0.1:0", "--model", "m", "--prefill-per-token", "0", "--decode-per-token", "0"}, &logs)
 
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := out.ReadString('\n')
 	if err != nil {
 		t.Fatalf("no listening line: %v", err)
 	}
@@ -83,14 +91,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 func TestShutdownCutsStreamsAfterDrainTime(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out, outW := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--id", "x", "--prefill-per-token", "0",
-			"--decode-per-token", "1h", "--shutdown-timeout", "10ms"}, outW, io.Discard)
-		outW.Close()
-	}()
-	line, err := bufio.NewReader(out).ReadString('\n')
+	out, done := startRun(ctx, []string{"--listen", "127.0.0.1:0", "--id", "x", "--prefill-per-token", "0",
+		"--decode-per-token", "1h", "--shutdown-timeout", "10ms"}, io.Discard)
+	line, err := out.ReadString('\n')
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,14 +123,8 @@ func TestShutdownCutsStreamsAfterDrainTime(t *testing.T) {
 func TestRunServesOneBackendPerListenAddress(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out, outW := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0,127.0.0.1:0", "--id", "b0,b1",
-			"--prefill-per-token", "0", "--decode-per-token", "0"}, outW, io.Discard)
-		outW.Close()
-	}()
-	lines := bufio.NewReader(out)
+	lines, done := startRun(ctx, []string{"--listen", "127.0.0.1:0,127.0.0.1:0", "--id", "b0,b1",
+		"--prefill-per-token", "0", "--decode-per-token", "0"}, io.Discard)
 	addrs := map[string]string{}
 	for range 2 {
 		line, err := lines.ReadString('\n')
