@@ -186,7 +186,8 @@ FUZZ_TARGETS := \
   FuzzParseRequest:./e2e/modelsim/sim FuzzParseAnnotations:./injector/inject FuzzDecodeReview:./injector/webhook \
   FuzzInject:./injector/manifest FuzzRequestMeta:./sidecar/proxy FuzzVerify:./sidecar/token FuzzKeyOf:./sidecar/store/internal/table \
   FuzzScan:./sidecar/jsonscan FuzzScanner:./sidecar/usage FuzzWatch:./sidecar/responses FuzzBodySource:./sidecar/session \
-  FuzzTokenExtract:./sidecar/session FuzzParse:./sidecar/modelserver FuzzSameAsJSONHandler:./sidecar/logjson
+  FuzzTokenExtract:./sidecar/session FuzzParse:./sidecar/modelserver FuzzSameAsJSONHandler:./sidecar/logjson \
+  FuzzResponse:./sidecar/upstream
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} ($${t#*:}) for $(FUZZTIME)"; \

@@ -159,9 +159,8 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 		x.begin(d)
 		out := x.in.WithContext(ctx)
 		x.reqBody.Reset(body)
-		// io.NopCloser of a *bytes.Reader is a body net/http knows to be
-		// in memory: it writes the headers and the body in one syscall
-		// (any other reader gets the headers flushed on their own first).
+		// The transport (package upstream) writes the headers and a body
+		// that fits its buffer in one syscall, whatever the reader.
 		out.Body, out.ContentLength, out.GetBody = io.NopCloser(&x.reqBody), int64(len(body)), x.rewind
 		p.rp.ServeHTTP(x, out)
 		x.answeredOrNot()

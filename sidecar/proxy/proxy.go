@@ -41,7 +41,8 @@ type Pool struct {
 	// Outliers is the pool's outlier detection, which every upstream
 	// result is reported to; nil ejects nothing.
 	Outliers *outlier.Detector
-	// Transport carries the pool's requests (NewTransport: its dial guard).
+	// Transport carries the pool's requests (NewUpstream: round trips on
+	// the handler's goroutine, and the dial guard).
 	Transport http.RoundTripper
 	// FirstByteTimeout bounds each attempt's wait for response headers
 	// after the request was sent, unless the decision has its own Timeout

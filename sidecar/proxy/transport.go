@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/upstream"
 )
 
 // errNotDiscovered is the dial guard's refusal. It is wrapped in a dial
@@ -21,6 +23,10 @@ var errNotDiscovered = errors.New("address is not a discovered backend")
 // away, for a new connection now and then on an idle path.
 const idleConnTimeout = 4 * time.Second
 
+// maxIdlePerBackend is the keep-alive connections kept per backend:
+// enough for many concurrent long streams to a few hosts.
+const maxIdlePerBackend = 256
+
 // TransportOptions tune the upstream transport.
 type TransportOptions struct {
 	// DialTimeout bounds connecting (the first-byte timeout is each
@@ -31,22 +37,38 @@ type TransportOptions struct {
 	Allowed func(addr string) bool
 }
 
-// NewTransport returns the transport to model servers: keep-alive pools
-// sized for many concurrent long streams to a few hosts, no proxy from the
-// environment, no compression negotiation (SSE must not be buffered by a
-// gzip layer), and a dial guard.
-func NewTransport(o TransportOptions) *http.Transport {
+// dial connects to allowed addresses only.
+func (o TransportOptions) dial() func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if o.Allowed != nil && !o.Allowed(addr) {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errNotDiscovered}
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+// NewUpstream returns the transport of a pool's requests to its model
+// servers: package upstream's round trips on the handler's goroutine,
+// keep-alive pools per backend, and the dial guard.
+func NewUpstream(o TransportOptions) *upstream.Transport {
+	return upstream.New(upstream.Options{
+		Dial:           o.dial(),
+		MaxIdlePerHost: maxIdlePerBackend,
+		IdleTimeout:    idleConnTimeout,
+	})
+}
+
+// NewTransport returns net/http's transport with the same dial guard and
+// idle limits, for the sidecar's other requests to backends (health
+// checks, load scrapes): no proxy from the environment, no compression
+// negotiation.
+func NewTransport(o TransportOptions) *http.Transport {
 	return &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if o.Allowed != nil && !o.Allowed(addr) {
-				return nil, &net.OpError{Op: "dial", Net: network, Err: errNotDiscovered}
-			}
-			return d.DialContext(ctx, network, addr)
-		},
+		Proxy:                 nil,
+		DialContext:           o.dial(),
 		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   256,
+		MaxIdleConnsPerHost:   maxIdlePerBackend,
 		IdleConnTimeout:       idleConnTimeout,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,

@@ -90,7 +90,7 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 		// The decode half is what requests connect to, and what is ejected.
 		Size: func() int { return len(src.Current().Backends) },
 	})
-	transport := proxy.NewTransport(proxy.TransportOptions{
+	transport := proxy.NewUpstream(proxy.TransportOptions{
 		DialTimeout: s.cfg.Proxy.DialTimeout.Duration,
 		Allowed:     s.discovered,
 	})

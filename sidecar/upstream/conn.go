@@ -1,0 +1,281 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// max1xx bounds the informational responses before the final one (as
+// net/http's Transport does).
+const max1xx = 5
+
+// earlyResponseWait is how long a request whose body could not be
+// written waits for the response the backend may have sent before it
+// closed (a 413 for a body it refused): that answer is the request's.
+const earlyResponseWait = 50 * time.Millisecond
+
+// conn is one connection to a backend, used by one request at a time.
+type conn struct {
+	t         *Transport
+	addr      string
+	nc        net.Conn
+	raw       syscall.RawConn // for alive; nil when nc has none
+	in        limitReader     // nc, bounded while headers are read
+	br        *bufio.Reader   // over in
+	bw        *bufio.Writer   // over nc
+	reused    bool            // carried a request before this one
+	idleSince time.Time
+	peek      func(fd uintptr) bool // alive's probe, made once
+	peekBuf   [1]byte
+	peekN     int
+	peekErr   syscall.Errno
+	// aborted: the request's context was canceled and nc closed.
+	aborted atomic.Bool
+}
+
+func newConn(t *Transport, addr string, nc net.Conn) *conn {
+	c := &conn{t: t, addr: addr, nc: nc}
+	c.in.r = nc
+	c.in.n = -1
+	c.br = bufio.NewReader(&c.in)
+	c.bw = bufio.NewWriter(nc)
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw = raw
+			c.peek = c.peekFD
+		}
+	}
+	return c
+}
+
+// abort closes the connection for a canceled request: a read or write
+// blocked on it returns at once.
+func (c *conn) abort() {
+	c.aborted.Store(true)
+	c.nc.Close()
+}
+
+// roundTrip writes req on c and reads the response headers.
+func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+	stop := context.AfterFunc(ctx, c.abort)
+	err := req.Write(oneWrite{c.bw}) // calls trace.WroteRequest; closes req.Body
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		// A backend that refused the body may have answered before it
+		// closed; that answer is the request's, as net/http's is.
+		if ctx.Err() == nil {
+			_ = c.nc.SetReadDeadline(time.Now().Add(earlyResponseWait))
+			if resp, rerr := c.readResponse(req, trace); rerr == nil {
+				_ = c.nc.SetReadDeadline(time.Time{})
+				resp.Close = true
+				return c.withBody(resp, req, stop), nil
+			}
+		}
+		stop()
+		c.nc.Close()
+		return nil, c.failure(ctx, err)
+	}
+	resp, err := c.readResponse(req, trace)
+	if err != nil {
+		stop()
+		c.nc.Close()
+		return nil, c.failure(ctx, err)
+	}
+	return c.withBody(resp, req, stop), nil
+}
+
+// readResponse reads the final response's headers, skipping 100 Continue
+// and passing other 1xx responses to the trace.
+func (c *conn) readResponse(req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+	c.in.n = c.t.o.MaxHeaderBytes
+	defer func() { c.in.n = -1 }()
+	for n1xx := 0; ; n1xx++ {
+		resp, err := http.ReadResponse(c.br, req)
+		if err != nil {
+			return nil, err
+		}
+		code := resp.StatusCode
+		if code < 100 || code > 199 || code == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+		if n1xx == max1xx {
+			return nil, errors.New("upstream: too many 1xx informational responses")
+		}
+		if code != http.StatusContinue && trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(code, textproto.MIMEHeader(resp.Header)); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// failure is the error of an attempt whose connection failed: the
+// context's when it was canceled (the read saw only the closed socket).
+func (c *conn) failure(ctx context.Context, err error) error {
+	if c.aborted.Load() && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, errHeaderTooLarge) {
+		return fmt.Errorf("upstream: response headers over %d bytes", c.t.o.MaxHeaderBytes)
+	}
+	return err
+}
+
+// withBody wires resp's body to c: read to its end, it gives c back to
+// the pool (if both sides keep the connection alive); closed before, it
+// closes c. An upgraded connection's body is the connection itself.
+func (c *conn) withBody(resp *http.Response, req *http.Request, stop func() bool) *http.Response {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = &upgraded{c: c, stop: stop}
+		return resp
+	}
+	b := &body{c: c, rc: resp.Body, stop: stop, keep: !resp.Close && !req.Close}
+	if resp.Body == http.NoBody {
+		b.end()
+	}
+	resp.Body = b
+	return resp
+}
+
+// alive reports whether the backend has not closed an idle connection:
+// a read that does not wait finds nothing to read (EAGAIN) rather than
+// its end or stray bytes. net/http's Transport learns the same from the
+// read every idle connection has pending in its own goroutine.
+func (c *conn) alive() bool {
+	if c.raw == nil {
+		return true
+	}
+	if err := c.raw.Read(c.peek); err != nil {
+		return false
+	}
+	return c.peekN < 0 && (c.peekErr == syscall.EAGAIN || c.peekErr == syscall.EWOULDBLOCK)
+}
+
+// peekFD is alive's probe: one non-blocking MSG_PEEK of a byte (the raw
+// system call: syscall.Recvfrom allocates a socket address per call).
+func (c *conn) peekFD(fd uintptr) bool {
+	n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.peekBuf[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	c.peekN, c.peekErr = int(n), errno
+	if errno != 0 {
+		c.peekN = -1
+	}
+	return true
+}
+
+// oneWrite is the buffered writer Request.Write is given: a
+// *bufio.Writer, but not of that type, so that Write does not flush the
+// headers on their own before a body it does not know to be in memory
+// (ReverseProxy wraps every body): headers and a body that fits the
+// buffer leave in one write(2), not two.
+type oneWrite struct{ *bufio.Writer }
+
+// errHeaderTooLarge: the response headers passed Options.MaxHeaderBytes.
+var errHeaderTooLarge = errors.New("upstream: response headers too large")
+
+// limitReader reads r, at most n more bytes while n >= 0.
+type limitReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return l.r.Read(p)
+	}
+	if l.n == 0 {
+		return 0, errHeaderTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+// body is a response body on a pooled connection.
+type body struct {
+	c    *conn
+	rc   io.ReadCloser // ReadResponse's body, reading c.br
+	stop func() bool   // unregisters the context's abort
+	// keep: neither side asked to close the connection.
+	keep bool
+	// done: c was given back or closed; reads return EOF or err.
+	done bool
+	err  error
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.done {
+		if b.err != nil {
+			return 0, b.err
+		}
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	switch {
+	case err == io.EOF:
+		b.end()
+	case err != nil:
+		if b.c.aborted.Load() {
+			err = context.Canceled
+		}
+		b.err = err
+		b.close()
+	}
+	return n, err
+}
+
+// end gives the connection back after the body's last byte, when it can
+// carry another request: kept alive, not canceled meanwhile, and nothing
+// after the response.
+func (b *body) end() {
+	b.done = true
+	if b.stop() && b.keep && b.c.br.Buffered() == 0 {
+		b.c.t.putIdle(b.c)
+		return
+	}
+	b.c.nc.Close()
+}
+
+func (b *body) close() {
+	b.done = true
+	b.stop()
+	b.c.nc.Close()
+}
+
+// Close before the end closes the connection: the rest of the body is
+// never read (ReadResponse's own Close would read it all).
+func (b *body) Close() error {
+	if !b.done {
+		b.close()
+	}
+	return nil
+}
+
+// upgraded is a 101 response's body: the connection, both ways.
+type upgraded struct {
+	c    *conn
+	stop func() bool
+}
+
+func (u *upgraded) Read(p []byte) (int, error)  { return u.c.br.Read(p) }
+func (u *upgraded) Write(p []byte) (int, error) { return u.c.nc.Write(p) }
+func (u *upgraded) Close() error {
+	u.stop()
+	return u.c.nc.Close()
+}

@@ -1,0 +1,212 @@
+// Package upstream is the proxy's HTTP/1.1 client to model servers: an
+// http.RoundTripper that makes each round trip on the caller's goroutine.
+// It takes an idle connection (or dials one), writes the request, reads
+// the response headers, and returns the body wired to give the
+// connection back once it is read to its end.
+//
+// net/http's Transport does the same work with two goroutines per
+// connection and channel hand-offs per request, so a request wakes three
+// goroutines where this wakes one; on a sidecar's hot path, at a
+// thousand requests a second, those wake-ups are CPU that every router
+// pod pays (README "The hop's cost"). The wire format stays net/http's
+// own: requests are written by Request.Write and responses parsed by
+// ReadResponse, so framing, chunking, trailers and 1xx responses are the
+// standard library's.
+//
+// What it does not do, since the proxy needs none of it: TLS, HTTP/2,
+// proxies from the environment, compression, Expect: 100-continue waits
+// (the body is sent at once; a 100 Continue is skipped), and the
+// connection trace hooks other than GotConn, WroteRequest and
+// Got1xxResponse.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// Options configure a Transport.
+type Options struct {
+	// Dial connects to host:port (net.Dialer.DialContext, or a guard in
+	// front of it). Required.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxIdlePerHost bounds the idle connections kept per backend; the
+	// rest are closed when their request ends. 0: 256.
+	MaxIdlePerHost int
+	// IdleTimeout closes a connection idle for longer (before the backend
+	// does: uvicorn closes after 5 s). 0: 4 s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a response's header block (with its 1xx
+	// responses); a backend that sends more gets its connection closed
+	// and the attempt fails. 0: 1 MiB.
+	MaxHeaderBytes int64
+}
+
+// Transport is an HTTP/1.1 RoundTripper with a keep-alive pool per
+// backend. Safe for concurrent use.
+type Transport struct {
+	o Options
+
+	mu   sync.Mutex
+	idle map[string][]*conn // per host:port, oldest first
+}
+
+// New returns a Transport.
+func New(o Options) *Transport {
+	if o.MaxIdlePerHost <= 0 {
+		o.MaxIdlePerHost = 256
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 4 * time.Second
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = 1 << 20
+	}
+	return &Transport{o: o, idle: make(map[string][]*conn)}
+}
+
+// RoundTrip sends req and returns the response with its headers; the
+// body streams from the connection. Canceling req's context closes the
+// connection, before or after the headers.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	addr, err := hostPort(req.URL)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	ctx := req.Context()
+	trace := httptrace.ContextClientTrace(ctx)
+	c, err := t.get(ctx, addr)
+	if err != nil {
+		closeBody(req)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	if trace != nil && trace.GotConn != nil {
+		trace.GotConn(httptrace.GotConnInfo{Conn: c.nc, Reused: c.reused, WasIdle: c.reused})
+	}
+	return c.roundTrip(ctx, req, trace)
+}
+
+// hostPort is the address a request URL names, with HTTP's default port.
+func hostPort(u *url.URL) (string, error) {
+	if u == nil || u.Scheme != "http" {
+		scheme := ""
+		if u != nil {
+			scheme = u.Scheme
+		}
+		return "", fmt.Errorf("upstream: scheme %q is not supported (http only)", scheme)
+	}
+	if u.Host == "" {
+		return "", errors.New("upstream: request URL has no host")
+	}
+	if u.Port() != "" {
+		return u.Host, nil
+	}
+	return net.JoinHostPort(u.Hostname(), "80"), nil
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// get returns an idle connection to addr that the backend has not closed,
+// or a new one.
+func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
+	for {
+		c := t.popIdle(addr)
+		if c == nil {
+			break
+		}
+		if c.alive() {
+			c.reused = true
+			return c, nil
+		}
+		c.nc.Close()
+	}
+	nc, err := t.o.Dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return newConn(t, addr, nc), nil
+}
+
+// popIdle takes the most recently used idle connection to addr, closing
+// those idle for too long.
+func (t *Transport) popIdle(addr string) *conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cs := t.idle[addr]
+	if len(cs) == 0 {
+		return nil
+	}
+	c := cs[len(cs)-1]
+	cs[len(cs)-1] = nil
+	cs = cs[:len(cs)-1]
+	if time.Since(c.idleSince) > t.o.IdleTimeout {
+		// The rest are older still.
+		for i, old := range cs {
+			old.nc.Close()
+			cs[i] = nil
+		}
+		cs = cs[:0]
+		t.idle[addr] = cs
+		c.nc.Close()
+		return nil
+	}
+	t.idle[addr] = cs
+	return c
+}
+
+// putIdle keeps c for the next request to its backend, closing the
+// oldest idle connection beyond the cap and those idle for too long.
+func (t *Transport) putIdle(c *conn) {
+	now := time.Now()
+	c.idleSince = now
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cs := append(t.idle[c.addr], c)
+	drop := 0
+	for drop < len(cs)-1 && (len(cs)-drop > t.o.MaxIdlePerHost || now.Sub(cs[drop].idleSince) > t.o.IdleTimeout) {
+		cs[drop].nc.Close()
+		drop++
+	}
+	if drop > 0 {
+		n := copy(cs, cs[drop:])
+		clear(cs[n:])
+		cs = cs[:n]
+	}
+	t.idle[c.addr] = cs
+}
+
+// CloseIdleConnections closes every idle connection. Connections in use
+// go on, and are kept when their requests end.
+func (t *Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = make(map[string][]*conn)
+	t.mu.Unlock()
+	for _, cs := range idle {
+		for _, c := range cs {
+			c.nc.Close()
+		}
+	}
+}
+
+// idleCount is the number of idle connections to addr (tests).
+func (t *Transport) idleCount(addr string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.idle[addr])
+}
