@@ -243,18 +243,49 @@ type details struct {
 }
 
 func (s *Scanner) parse() {
-	var r report
-	err := json.Unmarshal(s.buf, &r)
-	s.buf = s.buf[:0]
-	if r.PromptTokens == nil {
-		r.PromptTokens, r.PromptTokensDetails = r.InputTokens, r.InputTokensDetails
+	c, ok := fastCounts(s.buf)
+	if !ok {
+		c, ok = jsonCounts(s.buf)
 	}
-	if err != nil || r.PromptTokens == nil || *r.PromptTokens < 0 {
+	s.buf = s.buf[:0]
+	if !ok {
 		return
 	}
-	u := Usage{PromptTokens: *r.PromptTokens}
-	if d := r.PromptTokensDetails; d != nil && d.CachedTokens != nil && *d.CachedTokens >= 0 {
-		u.CachedTokens, u.HasCached = min(*d.CachedTokens, u.PromptTokens), true
+	prompt, details := c.prompt, c.promptDetails
+	if !prompt.set {
+		prompt, details = c.input, c.inputDetails
+	}
+	if !prompt.set || prompt.v < 0 {
+		return
+	}
+	u := Usage{PromptTokens: prompt.v}
+	if details.set && details.cached.set && details.cached.v >= 0 {
+		u.CachedTokens, u.HasCached = min(details.cached.v, u.PromptTokens), true
 	}
 	s.last, s.found = u, true
+}
+
+// jsonCounts reads a usage object with encoding/json; ok false when it
+// is not JSON or a field tether reads has another type.
+func jsonCounts(b []byte) (counts, bool) {
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return counts{}, false
+	}
+	of := func(v *int64) count {
+		if v == nil {
+			return count{}
+		}
+		return count{set: true, v: *v}
+	}
+	detailsOf := func(d *details) detailsCounts {
+		if d == nil {
+			return detailsCounts{}
+		}
+		return detailsCounts{set: true, cached: of(d.CachedTokens)}
+	}
+	return counts{
+		prompt: of(r.PromptTokens), input: of(r.InputTokens),
+		promptDetails: detailsOf(r.PromptTokensDetails), inputDetails: detailsOf(r.InputTokensDetails),
+	}, true
 }
