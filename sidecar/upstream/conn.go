@@ -37,6 +37,7 @@ type conn struct {
 	reused    bool            // carried a request before this one
 	idleSince time.Time
 	peek      func(fd uintptr) bool // alive's probe, made once
+	abortFn   func()                // abort, made once: a method value per request would be an allocation
 	peekBuf   [1]byte
 	peekN     int
 	peekErr   syscall.Errno
@@ -50,6 +51,7 @@ func newConn(t *Transport, addr string, nc net.Conn) *conn {
 	c.in.n = -1
 	c.br = bufio.NewReader(&c.in)
 	c.bw = bufio.NewWriter(nc)
+	c.abortFn = c.abort
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
@@ -68,7 +70,7 @@ func (c *conn) abort() {
 
 // roundTrip writes req on c and reads the response headers.
 func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, c.abort)
+	stop := context.AfterFunc(ctx, c.abortFn)
 	err := req.Write(oneWrite{c.bw}) // calls trace.WroteRequest; closes req.Body
 	if err == nil {
 		err = c.bw.Flush()

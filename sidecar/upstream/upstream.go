@@ -203,10 +203,3 @@ func (t *Transport) CloseIdleConnections() {
 		}
 	}
 }
-
-// idleCount is the number of idle connections to addr (tests).
-func (t *Transport) idleCount(addr string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.idle[addr])
-}

@@ -21,6 +21,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// idleCount is the number of idle connections to addr.
+func (t *Transport) idleCount(addr string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.idle[addr])
+}
+
 func newTransport(o Options) *Transport {
 	if o.Dial == nil {
 		o.Dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
