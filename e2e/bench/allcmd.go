@@ -97,7 +97,7 @@ func allMain(ctx context.Context, args []string) error {
 
 	bar := progress.New()
 	planHop(bar, ho)
-	bar.Plan(len(so.Replicas)*len(so.Backends)+len(so.CacheSweep), so.Workload.Ramp+40*time.Second)
+	bar.Plan(so.Runs(), so.Workload.Ramp+40*time.Second)
 	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*10+2*time.Second)
 	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*40+3*time.Second)
 	bar.Plan(len(sco.Rings), 6*time.Second)

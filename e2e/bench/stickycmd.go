@@ -29,7 +29,7 @@ var stickyDefaults = stickyFlags{
 	replicas: "1,3,6", backends: "4,8", policies: strings.Join(sticky.AllPolicies, ","),
 	prefill: 50 * time.Microsecond, decode: 6 * time.Millisecond, cacheBlocks: 4096,
 	cacheSweep: "1024,16384", sweepPolicies: "round-robin,tether-memory,tether-gossip,oracle",
-	work: workload.Defaults,
+	scaleWithBackends: true, work: workload.Defaults,
 }
 
 func (s *stickyFlags) register(fs *flag.FlagSet, d stickyFlags) {
@@ -41,7 +41,7 @@ func (s *stickyFlags) register(fs *flag.FlagSet, d stickyFlags) {
 	fs.IntVar(&s.cacheBlocks, "cache-blocks", d.cacheBlocks, "modelsim prefix-cache capacity per backend, in blocks of 16 tokens")
 	fs.StringVar(&s.cacheSweep, "cache-sweep", d.cacheSweep, "also run -sweep-policies at the largest R and smallest B with these cache sizes (blocks); empty: none")
 	fs.StringVar(&s.sweepPolicies, "sweep-policies", d.sweepPolicies, "policies of the cache sweep")
-	fs.BoolVar(&s.scaleWithBackends, "scale-with-backends", d.scaleWithBackends, "scale -conversations by B / the smallest B, so every backend is offered the same load (needs more cores than 2)")
+	fs.BoolVar(&s.scaleWithBackends, "scale-with-backends", d.scaleWithBackends, "scale -conversations by B / the smallest B, so every backend is offered the same load (a larger B's policies then run in groups, each offering the machine about the smallest B's load)")
 	s.work.Register(fs, d.work)
 }
 

@@ -72,7 +72,7 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 		next = " `go run ./e2e/bench sticky` alone repeats the largest R and smallest B with other cache sizes (`-cache-sweep`, 1024 and 16384 blocks by default; left out of `make bench` to keep it short).\n\n"
 	}
 	fmt.Fprintf(b, "**Why the gaps are this size.** Two things give every policy hits, sticky or not: the shared system prompt is %.0f%% of all prompt tokens (each backend caches it at its first use), and a conversation's earlier turns stay cached on every backend it visited while the cache has room, so a policy that moves a conversation still finds its prefix as of its last visit there. A per-replica store whose replicas place new sessions by load is little better than that: a turn reaches a replica that has seen its session with a probability that grows only slowly with the turns (1/R for the second), otherwise that replica's own choice, so the penalty grows with R and with the length of the conversations; placing by the key's hash (tether's default) makes the replicas' independent choices agree, so tether's per-replica memory can come close to the shared stores (compare its row). What makes moving expensive is eviction: the workload's conversations hold %d distinct tokens, the B = %d backends' caches %d tokens together; a policy that spreads each conversation over several backends keeps several copies, and the smaller the cache, the more those copies evict each other. TTFT follows the uncached tokens: a sticky turn prefills the previous answer and the new user message, a moved turn also everything since its last visit to that backend, so on idle GPUs the TTFT ratio is at most the ratio of uncached tokens (about 2-4×), less the fixed costs of a request. Under load it grows: prefill is serial on a GPU, a policy that recomputes 2-3× the tokens keeps its prefill lanes 2-3× as busy, and a queue's wait grows as busy/(1 − busy), so round robin's TTFT rises much faster than a sticky policy's (compare the prefill busy column with TTFT p50).%s%s",
-		100*share, distinct, cacheB, cacheB*o.Model.CacheBlocks*16, uncachedNote(in), next)
+		100*share, distinct, cacheB, cacheB*o.Model.CacheBlocks*16, uncachedNote(in)+systemPromptNote(in), next)
 	if t != nil {
 		writeTables(b, []*table.Table{t})
 	}
@@ -232,4 +232,49 @@ func uncachedNote(in *Input) string {
 		return ""
 	}
 	return fmt.Sprintf(" In this run, at R = %d, round robin computed %s.", r, strings.Join(parts, ", and "))
+}
+
+// longSystemPrompt is the system prompt systemPromptNote compares with:
+// instructions plus tool definitions, as agents and tool-using
+// assistants send.
+const longSystemPrompt = 1000
+
+// systemPromptNote says, at the largest R and every B, how many times
+// per-replica memory's uncached prompt tokens tether gossip's were, and
+// what the hit-rate ratio of the two would be with a system prompt of
+// longSystemPrompt tokens. Every backend caches the system prompt at its
+// first use, so a longer one adds the same cached tokens to every request
+// of every policy: hit rates rise towards 1 and their ratio shrinks,
+// while the tokens a policy recomputes, which are what cost GPU time,
+// stay what they were. The issue's ratio target is on hit rates, so the
+// report shows how much of it the workload's prompt length decides.
+func systemPromptNote(in *Input) string {
+	o := in.StickyOpts
+	extra := int64(longSystemPrompt - o.Workload.SystemTokens)
+	if extra <= 0 {
+		return ""
+	}
+	r := slices.Max(o.Replicas)
+	var parts []string
+	for _, b := range o.Backends {
+		pr, g := sticky.Find(in.Sticky, sticky.TetherMemory, r, b), sticky.Find(in.Sticky, sticky.TetherGossip, r, b)
+		if pr == nil || g == nil || g.Prompt == g.Cached || pr.Cached == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("at B = %d, %.1f× the uncached prompt tokens of tether gossip, and a hit rate %.2f× below it, %.2f× had every prompt carried a %d-token system prompt",
+			b, float64(pr.Prompt-pr.Cached)/float64(g.Prompt-g.Cached), g.HitRate()/pr.HitRate(),
+			hitRateWithMore(g, extra)/hitRateWithMore(pr, extra), longSystemPrompt))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" The system prompt's share moves hit rates, not the tokens recomputed: at R = %d, per-replica memory computed %s (the same run's counts, every request given %d more cached tokens: a system prompt is cached on every backend after its first use).",
+		r, strings.Join(parts, "; "), extra)
+}
+
+// hitRateWithMore is x's hit rate had every answered request carried
+// extra more prompt tokens, all of them cached.
+func hitRateWithMore(x *sticky.Result, extra int64) float64 {
+	n := extra * int64(x.Requests-x.Errors)
+	return float64(x.Cached+n) / float64(max(x.Prompt+n, 1))
 }

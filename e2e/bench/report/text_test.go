@@ -1,6 +1,11 @@
 package report
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tetherproxy/tether/e2e/bench/sticky"
+	"github.com/tetherproxy/tether/e2e/bench/workload"
+)
 
 // A ratio just under its target never prints as the target itself.
 func TestCheckShowsAMissThatRoundsToTheTarget(t *testing.T) {
@@ -19,5 +24,32 @@ func TestCheckShowsAMissThatRoundsToTheTarget(t *testing.T) {
 		if got := check(c.v, c.target); got != c.want {
 			t.Errorf("check(%v, %v) = %q, want %q", c.v, c.target, got, c.want)
 		}
+	}
+}
+
+// A longer system prompt adds the same cached tokens to every answered
+// request: the uncached tokens stay, hit rates rise, their ratio shrinks.
+func TestSystemPromptNoteRecomputesHitRatesWithALongerPrompt(t *testing.T) {
+	// 10 requests, one failed; 400 more cached tokens per answered one.
+	x := &sticky.Result{Requests: 10, Errors: 1, Prompt: 9000, Cached: 3000}
+	if got, want := hitRateWithMore(x, 400), (3000.0+3600)/(9000+3600); got != want {
+		t.Errorf("hitRateWithMore = %v, want %v", got, want)
+	}
+	in := &Input{StickyOpts: sticky.Options{Replicas: []int{1, 6}, Backends: []int{4},
+		Workload: workload.Params{SystemTokens: 600}}}
+	in.Sticky = []*sticky.Result{
+		{Policy: sticky.TetherMemory, R: 6, B: 4, Requests: 10, Prompt: 10000, Cached: 4000},
+		{Policy: sticky.TetherGossip, R: 6, B: 4, Requests: 10, Prompt: 10000, Cached: 8000},
+		{Policy: sticky.TetherMemory, R: 1, B: 4, Requests: 10, Prompt: 10000, Cached: 7900},
+	}
+	// Uncached 6000 against 2000; hit rates 0.4 and 0.8 (2.00×); with
+	// 400 × 10 more cached tokens, 8000/14000 and 12000/14000 (1.50×).
+	want := " The system prompt's share moves hit rates, not the tokens recomputed: at R = 6, per-replica memory computed at B = 4, 3.0× the uncached prompt tokens of tether gossip, and a hit rate 2.00× below it, 1.50× had every prompt carried a 1000-token system prompt (the same run's counts, every request given 400 more cached tokens: a system prompt is cached on every backend after its first use)."
+	if got := systemPromptNote(in); got != want {
+		t.Errorf("systemPromptNote =\n%q, want\n%q", got, want)
+	}
+	in.StickyOpts.Workload.SystemTokens = longSystemPrompt
+	if got := systemPromptNote(in); got != "" {
+		t.Errorf("with the long prompt already, systemPromptNote = %q, want none", got)
 	}
 }

@@ -83,10 +83,10 @@ func (o Options) ForBackends(b int) workload.Params {
 	return w
 }
 
-// Run measures every (R, B): all policies' stacks are started, then the
-// same workload is played against each of them at once, so that all
-// policies share the machine's noise of the same seconds. Then the cache
-// sweep, whose results come second.
+// Run measures every (R, B): the policies' stacks are started, then the
+// same workload is played against each of them at once, so that the
+// policies share the machine's noise of the same seconds (at a scaled B,
+// in groups: see groups). Then the cache sweep, whose results come second.
 func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 	// A configuration's processes stop while the next one starts: a
 	// gossip ring whose members all stop at once waits out each one's
@@ -101,13 +101,18 @@ func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 	for _, b := range o.Backends {
 		w := o.ForBackends(b)
 		convs := workload.Generate(w)
+		groups := o.groups(b)
 		for _, r := range o.Replicas {
-			step(fmt.Sprintf("sticky R=%d B=%d: %d policies at once", r, b, len(o.Policies)))
-			res, err := runConfig(ctx, o, w, convs, r, b, &closing)
-			if err != nil {
-				return nil, nil, fmt.Errorf("R=%d B=%d: %w", r, b, err)
+			for i, g := range groups {
+				step(fmt.Sprintf("sticky R=%d B=%d: %d policies at once (group %d of %d)", r, b, len(g), i+1, len(groups)))
+				og := o
+				og.Policies = g
+				res, err := runConfig(ctx, og, w, convs, r, b, &closing)
+				if err != nil {
+					return nil, nil, fmt.Errorf("R=%d B=%d: %w", r, b, err)
+				}
+				main = append(main, res...)
 			}
-			main = append(main, res...)
 		}
 	}
 	r, b := slices.Max(o.Replicas), slices.Min(o.Backends)
@@ -124,6 +129,43 @@ func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 		sweep = append(sweep, res...)
 	}
 	return main, sweep, nil
+}
+
+// targetPolicies are the policies the targets compare: they run
+// in the first group, so every target's ratio is of the same seconds.
+var targetPolicies = []string{RoundRobin, TetherMemory, TetherRedis, TetherGossip, Oracle}
+
+// groups splits the policies into the groups measured one after the
+// other at b backends. The machine carries at once at most about the load
+// of every policy at the smallest B: with the workload scaled, b backends
+// get b / the smallest B times the conversations, and a 2-core machine
+// running every policy on twice the requests queues on its own CPU, which
+// the client would measure as time to first token. The target policies
+// come first, so their ratios are measured together.
+func (o Options) groups(b int) [][]string {
+	ps := slices.Clone(o.Policies)
+	if !o.ScaleWithBackends || len(o.Backends) == 0 || b <= slices.Min(o.Backends) {
+		return [][]string{ps}
+	}
+	rank := func(p string) int {
+		if i := slices.Index(targetPolicies, p); i >= 0 {
+			return i
+		}
+		return len(targetPolicies)
+	}
+	slices.SortStableFunc(ps, func(x, y string) int { return rank(x) - rank(y) })
+	per := max(1, (len(ps)*slices.Min(o.Backends)+b-1)/b) // rounded up
+	return slices.Collect(slices.Chunk(ps, per))
+}
+
+// Runs is how many runs Run makes, each announced by Step: one per group
+// of policies at every (R, B), one per cache size of the sweep.
+func (o Options) Runs() int {
+	n := len(o.CacheSweep)
+	for _, b := range o.Backends {
+		n += len(o.Replicas) * len(o.groups(b))
+	}
+	return n
 }
 
 // runConfig measures one (R, B); its processes are stopped in closing.

@@ -38,14 +38,14 @@ type Params struct {
 }
 
 // Defaults are the full benchmark's workload: retrieval-augmented chat
-// (a system prompt of instructions and tool definitions, user turns that
+// (a system prompt of a few paragraphs of instructions, user turns that
 // carry retrieved passages), so prompts grow to several thousand tokens
 // and the simulated GPU's prefill, not the machine's CPU, decides the
 // time to first token; conversations arrive fast enough that a policy
 // which recomputes what another would find cached queues on prefill, as
 // a fleet sized to its traffic does (the report's section 2 says why).
 var Defaults = Params{
-	Conversations: 150, Ramp: 15 * time.Second, SystemTokens: 1000,
+	Conversations: 150, Ramp: 15 * time.Second, SystemTokens: 400,
 	TurnsMedian: 4, TurnsSigma: 0.8, TurnsMax: 12,
 	UserMedian: 400, AnswerMedian: 150,
 	ThinkMean: time.Second, ThinkMax: 3 * time.Second, StreamTokens: 4, Seed: 1,

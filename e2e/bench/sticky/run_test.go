@@ -1,0 +1,41 @@
+package sticky
+
+import (
+	"slices"
+	"testing"
+)
+
+// A scaled B runs its policies in groups that offer the machine about the
+// smallest B's load at once, the target policies together in the first.
+func TestGroupsKeepTheMachinesLoadAndTheTargetsTogether(t *testing.T) {
+	o := Options{Backends: []int{4, 8}, Policies: AllPolicies}
+	if g := o.groups(8); len(g) != 1 || !slices.Equal(g[0], AllPolicies) {
+		t.Errorf("unscaled B = 8: groups %v, want all policies at once", g)
+	}
+	o.ScaleWithBackends = true
+	if g := o.groups(4); len(g) != 1 || !slices.Equal(g[0], AllPolicies) {
+		t.Errorf("scaled, smallest B: groups %v, want all policies at once", g)
+	}
+	want := [][]string{
+		{RoundRobin, TetherMemory, TetherRedis, TetherGossip, Oracle},
+		{LeastOutstanding, ConsistentHash, TetherMemoryHash, TetherSoft},
+	}
+	if g := o.groups(8); !slices.EqualFunc(g, want, slices.Equal) {
+		t.Errorf("scaled B = 8: groups %v, want %v", g, want)
+	}
+	if g := o.groups(16); len(g) != 3 || len(g[0]) != 3 || !slices.Equal(g[0], want[0][:3]) {
+		t.Errorf("scaled B = 16: groups %v, want 3 of 3 policies, the targets' first", g)
+	}
+	if o.Policies = []string{TetherGossip}; len(o.groups(8)) != 1 {
+		t.Errorf("one policy: groups %v", o.groups(8))
+	}
+}
+
+// The progress bar plans one step per group of every (R, B) and one per
+// cache size.
+func TestRunsCountsEveryGroupAndCacheSize(t *testing.T) {
+	o := Options{Replicas: []int{1, 3, 6}, Backends: []int{4, 8}, Policies: AllPolicies, ScaleWithBackends: true, CacheSweep: []int{1024}}
+	if got := o.Runs(); got != 3*1+3*2+1 {
+		t.Errorf("Runs = %d, want 10", got)
+	}
+}
