@@ -68,3 +68,24 @@ func TestMaxRateLabel(t *testing.T) {
 		}
 	}
 }
+
+// A search that failed its first rung, or stopped at the ladder's top,
+// gives a bound, never a ratio such as "0.00×".
+func TestRatioToPrintsBoundsNotNumbers(t *testing.T) {
+	at := func(rate float64, capped bool) MaxRate { return MaxRate{Rate: rate, Capped: capped} }
+	for _, c := range []struct {
+		m, h MaxRate
+		want string
+	}{
+		{at(1000, false), at(2000, false), "0.50×"},
+		{at(0, false), at(2000, false), "—"},
+		{at(2000, false), at(0, false), "—"},
+		{at(8000, true), at(2000, false), "≥ 4.00×"},
+		{at(2000, false), at(8000, true), "≤ 0.25×"},
+		{at(8000, true), at(8000, true), "—"},
+	} {
+		if got := c.m.RatioTo(c.h); got != c.want {
+			t.Errorf("%+v.RatioTo(%+v) = %q, want %q", c.m, c.h, got, c.want)
+		}
+	}
+}

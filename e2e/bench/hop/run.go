@@ -102,6 +102,21 @@ func (m MaxRate) Label() string {
 	return fmt.Sprintf("%.0f", m.Rate)
 }
 
+// RatioTo is m's rate over h's as the tables print it: a bound when
+// either search ended at the ladder's top, "—" when either failed even
+// the first rung (the ratio of "< 1000" to a rate is not a number).
+func (m MaxRate) RatioTo(h MaxRate) string {
+	switch {
+	case m.Rate == 0 || h.Rate == 0 || m.Capped && h.Capped:
+		return "—"
+	case m.Capped:
+		return "≥ " + Ratio(m.Rate, h.Rate)
+	case h.Capped:
+		return "≤ " + Ratio(m.Rate, h.Rate)
+	}
+	return Ratio(m.Rate, h.Rate)
+}
+
 // Results of a hop benchmark.
 type Results struct {
 	Opts   Options

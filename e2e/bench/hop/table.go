@@ -109,7 +109,7 @@ func (r *Results) Tables() []*table.Table {
 			ratio := "—"
 			for _, h := range r.Max {
 				if h.Proxy == HAProxy && h.Mode == m.Mode {
-					ratio = Ratio(m.Rate, h.Rate)
+					ratio = m.RatioTo(h)
 				}
 			}
 			t.Add(Labels[m.Proxy], string(m.Mode), m.Label(), ratio)

@@ -139,7 +139,7 @@ func headline(in *Input) *table.Table {
 			}
 			if tr != nil && hr != nil {
 				t.Add(fmt.Sprintf("highest rate at p99 added over direct < %v, %s: tether vs HAProxy", r.Opts.P99Limit, mode),
-					fmt.Sprintf("%s vs %s req/s (%s)", tr.Label(), hr.Label(), hop.Ratio(tr.Rate, hr.Rate)))
+					fmt.Sprintf("%s vs %s req/s (%s)", tr.Label(), hr.Label(), tr.RatioTo(*hr)))
 			}
 		}
 	}
