@@ -2,12 +2,15 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/upstream"
 )
 
 // firstByteTransport bounds each attempt's wait for the backend's
@@ -19,11 +22,26 @@ type firstByteTransport struct {
 	pool *Pool
 }
 
+// headerTimeoutTransport is a transport that bounds the wait for the
+// response headers itself (sidecar/upstream, the data path's): a read
+// deadline on its connection, where any other transport needs a clock
+// of the proxy's (headerClock) and a cancelable context per attempt.
+type headerTimeoutTransport interface {
+	RoundTripHeaderTimeout(req *http.Request, d time.Duration) (*http.Response, error)
+}
+
 func (t firstByteTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	d := t.pool.FirstByteTimeout
 	x, _ := req.Context().Value(exchangeKey{}).(*exchange)
 	if x != nil && x.d != nil && x.d.Timeout > 0 {
 		d = x.d.Timeout
+	}
+	if ht, ok := t.base.(headerTimeoutTransport); ok && d > 0 {
+		resp, err := ht.RoundTripHeaderTimeout(req, d)
+		if errors.Is(err, upstream.ErrHeaderTimeout) {
+			return nil, headerTimeoutError{d}
+		}
+		return resp, err
 	}
 	if x != nil && x.clock.hooked {
 		return x.clock.roundTrip(req, d, t.base.RoundTrip)

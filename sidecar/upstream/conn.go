@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -68,8 +69,9 @@ func (c *conn) abort() {
 	c.nc.Close()
 }
 
-// roundTrip writes req on c and reads the response headers.
-func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+// roundTrip writes req on c and reads the response headers, for at most
+// headerTimeout after the request is written when that is positive.
+func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrace.ClientTrace, headerTimeout time.Duration) (*http.Response, error) {
 	stop := context.AfterFunc(ctx, c.abortFn)
 	err := req.Write(oneWrite{c.bw}) // calls trace.WroteRequest; closes req.Body
 	if err == nil {
@@ -90,11 +92,20 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrac
 		c.nc.Close()
 		return nil, c.failure(ctx, err)
 	}
+	if headerTimeout > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(headerTimeout))
+	}
 	resp, err := c.readResponse(req, trace)
 	if err != nil {
 		stop()
 		c.nc.Close()
+		if headerTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+			return nil, ErrHeaderTimeout
+		}
 		return nil, c.failure(ctx, err)
+	}
+	if headerTimeout > 0 {
+		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 	return c.withBody(resp, req, stop), nil
 }

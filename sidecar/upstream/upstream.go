@@ -76,6 +76,27 @@ func New(o Options) *Transport {
 // body streams from the connection. Canceling req's context closes the
 // connection, before or after the headers.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.RoundTripHeaderTimeout(req, 0)
+}
+
+// ErrHeaderTimeout is the error of a round trip whose response headers
+// did not arrive in time (RoundTripHeaderTimeout). It is a timeout.
+var ErrHeaderTimeout error = headerTimeout{}
+
+type headerTimeout struct{}
+
+func (headerTimeout) Error() string   { return "upstream: no response headers in time" }
+func (headerTimeout) Timeout() bool   { return true }
+func (headerTimeout) Temporary() bool { return true }
+
+// RoundTripHeaderTimeout is RoundTrip with the wait for the response
+// headers bounded by d, counted from the moment the request, body
+// included, is written: a read deadline on the connection, cleared when
+// the headers arrive, so the body may stream as long as it streams. When
+// it passes, the connection is closed and the error is ErrHeaderTimeout.
+// d <= 0: no bound. A deadline on the connection costs the request no
+// context, goroutine or timer of its own.
+func (t *Transport) RoundTripHeaderTimeout(req *http.Request, d time.Duration) (*http.Response, error) {
 	addr, err := hostPort(req.URL)
 	if err != nil {
 		closeBody(req)
@@ -94,7 +115,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: c.nc, Reused: c.reused, WasIdle: c.reused})
 	}
-	return c.roundTrip(ctx, req, trace)
+	return c.roundTrip(ctx, req, trace, d)
 }
 
 // hostPort is the address a request URL names, with HTTP's default port.
