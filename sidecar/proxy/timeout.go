@@ -75,11 +75,13 @@ func withHeaderTimeout(req *http.Request, d time.Duration, rt func(*http.Request
 	return c.roundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), tr)), d, rt)
 }
 
-// headerClock is one request's first-byte clock, attempt after attempt.
-// It lives in the request's exchange, and its WroteRequest hook in the
-// exchange's trace, so an attempt costs no closure, trace or context
-// value of its own: the proxy's hot path pays one cancelable context and,
-// on the first attempt only, one timer.
+// headerClock is one request's first-byte clock, attempt after attempt,
+// for a transport that cannot bound the wait itself (the sidecar's data
+// path uses sidecar/upstream's read deadline instead: see
+// headerTimeoutTransport). It lives in the request's exchange, and its
+// WroteRequest hook in the exchange's trace, so an attempt costs no
+// closure, trace or context value of its own: one cancelable context
+// and, on the first attempt only, one timer.
 type headerClock struct {
 	// hooked: wrote is the WroteRequest hook of the trace the requests
 	// carry.
