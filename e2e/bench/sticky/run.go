@@ -71,9 +71,8 @@ func (r *Result) HitRate() float64 { return float64(r.Cached) / float64(max(r.Pr
 // or with ScaleWithBackends its conversations scaled by b / the smallest
 // B, so that every backend is offered the same load whatever B is (a
 // fleet sized to its traffic: twice the backends serve twice the
-// conversations; it doubles the machine's work too, which a 2-core
-// machine running every policy at once cannot carry without its own
-// queueing swamping the simulated GPU's). The same seed draws the same
+// conversations; it doubles the machine's work too, which is why a larger
+// B's policies run in groups, see groups). The same seed draws the same
 // first conversations, so a larger B's workload holds the smaller one's.
 func (o Options) ForBackends(b int) workload.Params {
 	w := o.Workload
