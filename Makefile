@@ -148,7 +148,7 @@ soak: build
 	CHAOS_REPORT=soak $(GO) test -tags chaos,soak -count=1 -timeout 60m -v -run TestSoak ./e2e/chaos/
 
 # Every benchmark side by side with HAProxy, nginx and the routing policies
-# users run today (~19 min on 2 cores): writes e2e/bench/REPORT.md, its
+# users run today (~17 min on 2 cores): writes e2e/bench/REPORT.md, its
 # charts and the README's headline table. See README "Benchmarks".
 bench: build deps-bench
 	$(GO) build -o $(BIN)/bench ./e2e/bench
