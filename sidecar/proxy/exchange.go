@@ -90,7 +90,8 @@ type exchange struct {
 	noRetry error
 
 	trace httptrace.ClientTrace
-	// clock is the first-byte timeout; its hook is in trace.
+	// clock is the first-byte timeout when the pool's transport cannot
+	// bound the wait itself (Pool.ownClock); its hook is then in trace.
 	clock headerClock
 }
 
@@ -150,7 +151,9 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 	p := x.pool
 	x.reqBytes = body
 	x.trace.GotConn = x.gotConn
-	x.clock.hook(&x.trace)
+	if p.ownClock {
+		x.clock.hook(&x.trace)
+	}
 	ctx := httptrace.WithClientTrace(context.WithValue(x.in.Context(), exchangeKey{}, x), &x.trace)
 	inflight := p.m.inFlight()
 	inflight.Inc()

@@ -67,6 +67,9 @@ type Pool struct {
 
 	m  poolMetrics
 	rp *httputil.ReverseProxy
+	// ownClock: the transport cannot bound the wait for response headers
+	// itself, so each request's exchange runs the first-byte clock.
+	ownClock bool
 }
 
 // poolMetrics are the proxy's children of the request-path metrics, taken
@@ -141,7 +144,9 @@ func New(o Options) *Handler {
 		if base == nil {
 			base = http.DefaultTransport
 		}
-		p.rp = h.reverseProxy(firstByteTransport{base: base, pool: p})
+		ht, bounds := base.(headerTimeoutTransport)
+		p.ownClock = !bounds
+		p.rp = h.reverseProxy(firstByteTransport{base: base, bounded: ht, pool: p})
 		h.strip = append(h.strip, p.StripHeaders...)
 		for _, m := range p.Models {
 			h.byModel[m] = p

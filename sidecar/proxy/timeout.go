@@ -18,8 +18,9 @@ import (
 // trafficPolicy.timeout) when it has one, the pool's firstByteTimeout
 // otherwise.
 type firstByteTransport struct {
-	base http.RoundTripper
-	pool *Pool
+	base    http.RoundTripper
+	bounded headerTimeoutTransport // base, when it bounds the wait itself
+	pool    *Pool
 }
 
 // headerTimeoutTransport is a transport that bounds the wait for the
@@ -36,8 +37,8 @@ func (t firstByteTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if x != nil && x.d != nil && x.d.Timeout > 0 {
 		d = x.d.Timeout
 	}
-	if ht, ok := t.base.(headerTimeoutTransport); ok && d > 0 {
-		resp, err := ht.RoundTripHeaderTimeout(req, d)
+	if t.bounded != nil && d > 0 {
+		resp, err := t.bounded.RoundTripHeaderTimeout(req, d)
 		if errors.Is(err, upstream.ErrHeaderTimeout) {
 			return nil, headerTimeoutError{d}
 		}
