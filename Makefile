@@ -147,15 +147,17 @@ chaos: build deps-redis
 soak: build
 	CHAOS_REPORT=soak $(GO) test -tags chaos,soak -count=1 -timeout 60m -v -run TestSoak ./e2e/chaos/
 
-# Every benchmark side by side with HAProxy, nginx and the routing policies
-# users run today (~17 min on 2 cores): writes e2e/bench/REPORT.md, its
-# charts and the README's headline table. See README "Benchmarks".
+# The benchmarks side by side with HAProxy, nginx and the routing policies
+# users run today (~13 min on 2 cores): writes e2e/bench/REPORT.md, its
+# charts and the README's headline table. See README "Benchmarks". The
+# affinity bench (AFFINITY.md) is make bench-affinity.
 bench: build deps-bench
 	$(GO) build -o $(BIN)/bench ./e2e/bench
 	$(BIN)/bench all
 
-# A reduced run of every section (~1-2 min, part of CI): fails if a proxy,
-# policy or store does not work; asserts no performance figure.
+# A reduced run of every section, the affinity bench's included (~2 min,
+# part of CI): fails if a proxy, policy or store does not work; asserts no
+# performance figure.
 bench-quick: build deps-bench
 	$(GO) build -o $(BIN)/bench ./e2e/bench
 	$(BIN)/bench all -quick

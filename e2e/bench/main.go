@@ -48,7 +48,8 @@ func main() {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: bench <command> [flags]   (bench <command> -h lists the flags)
-  all       every section; writes REPORT.md, its charts and the README's headline table
+  all       sections 1-3; writes REPORT.md, its charts and the README's headline table
+            (-quick: every section reduced, affinity included, for CI)
   hop       section 1: what one proxy hop costs (direct, tether, HAProxy, nginx)
   sticky    section 2: what stickiness is worth (policies × router replicas × backends)
   scale     section 3: the stores at scale (bytes per binding, lookups, convergence, join)

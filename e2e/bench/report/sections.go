@@ -72,7 +72,7 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 		next = " `go run ./e2e/bench sticky` alone repeats the largest R and smallest B with other cache sizes (`-cache-sweep`, 1024 and 16384 blocks by default; left out of `make bench` to keep it short).\n\n"
 	}
 	fmt.Fprintf(b, "**Why the gaps are this size.** Two things give every policy hits, sticky or not: the shared system prompt is %.0f%% of all prompt tokens (each backend caches it at its first use), and a conversation's earlier turns stay cached on every backend it visited while the cache has room, so a policy that moves a conversation still finds its prefix as of its last visit there. A per-replica store whose replicas place new sessions by load is little better than that: a turn reaches a replica that has seen its session with a probability that grows only slowly with the turns (1/R for the second), otherwise that replica's own choice, so the penalty grows with R and with the length of the conversations; placing by the key's hash (tether's default) makes the replicas' independent choices agree, so tether's per-replica memory can come close to the shared stores (compare its row). What makes moving expensive is eviction: the workload's conversations hold %d distinct tokens, the B = %d backends' caches %d tokens together; a policy that spreads each conversation over several backends keeps several copies, and the smaller the cache, the more those copies evict each other. TTFT follows the uncached tokens: a sticky turn prefills the previous answer and the new user message, a moved turn also everything since its last visit to that backend, so on idle GPUs the TTFT ratio is at most the ratio of uncached tokens (about 2-4×), less the fixed costs of a request. Under load it grows: prefill is serial on a GPU, a policy that recomputes 2-3× the tokens keeps its prefill lanes 2-3× as busy, and a queue's wait grows as busy/(1 − busy), so round robin's TTFT rises much faster than a sticky policy's (compare the prefill busy column with TTFT p50).%s%s",
-		100*share, distinct, cacheB, cacheB*o.Model.CacheBlocks*16, uncachedNote(in)+systemPromptNote(in), next)
+		100*share, distinct, cacheB, cacheB*o.Model.CacheBlocks*16, uncachedNote(in)+systemPromptNote(in)+evictionNote(in), next)
 	if t != nil {
 		writeTables(b, []*table.Table{t})
 	}
@@ -277,4 +277,36 @@ func systemPromptNote(in *Input) string {
 func hitRateWithMore(x *sticky.Result, extra int64) float64 {
 	n := extra * int64(x.Requests-x.Errors)
 	return float64(x.Cached+n) / float64(max(x.Prompt+n, 1))
+}
+
+// sameRouting is how many of its later turns a store must keep on their
+// previous turn's backend for evictionNote to count it as routing every
+// turn as the oracle does.
+const sameRouting = 0.995
+
+// evictionNote puts side by side, at every (R ≥ 3, B) where the stores
+// are compared with the oracle, the hit rates of tether Redis and tether
+// gossip when both kept (nearly) every later turn on its backend: they
+// place new sessions by the same hash, so their backends saw the same
+// sessions, and what still parts their hit rates is the order in which
+// requests arrived, which the backends' LRU caches evict by and the
+// machine's timing of those seconds sets. Their difference is this run's
+// noise on a hit-rate ratio; the *same backend* column is the routing.
+func evictionNote(in *Input) string {
+	o := in.StickyOpts
+	var parts []string
+	for _, b := range o.Backends {
+		for _, r := range o.Replicas {
+			rs, g := sticky.Find(in.Sticky, sticky.TetherRedis, r, b), sticky.Find(in.Sticky, sticky.TetherGossip, r, b)
+			if r < 3 || rs == nil || g == nil || rs.Stayed < sameRouting || g.Stayed < sameRouting {
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s and %s at R = %d, B = %d", pct(rs.HitRate()), pct(g.HitRate()), r, b))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" With the same routing, a hit rate still moves by a few points from run to run: a backend evicts by the order its requests arrived in, which the machine's timing of those seconds sets, and under this cache pressure an early eviction recomputes a history that evicts others. Tether Redis and tether gossip place new sessions by the same hash, so their backends see the same sessions, and in this run both kept at least %.1f%% of later turns on their previous turn's backend, as the oracle does (column *same backend*); their hit rates were %s. The difference between the two is the caches' noise, and so is a store's shortfall from the oracle of that size.",
+		100*sameRouting, strings.Join(parts, "; "))
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
@@ -51,5 +52,28 @@ func TestSystemPromptNoteRecomputesHitRatesWithALongerPrompt(t *testing.T) {
 	in.StickyOpts.Workload.SystemTokens = longSystemPrompt
 	if got := systemPromptNote(in); got != "" {
 		t.Errorf("with the long prompt already, systemPromptNote = %q, want none", got)
+	}
+}
+
+// The eviction note puts the two stores' hit rates side by side where
+// they are compared with the oracle (R ≥ 3) and both routed every later
+// turn to its previous backend.
+func TestEvictionNoteComparesTheStoresWhereBothRoutedAsTheOracle(t *testing.T) {
+	in := &Input{StickyOpts: sticky.Options{Replicas: []int{1, 3, 6}, Backends: []int{4}}}
+	in.Sticky = []*sticky.Result{
+		{Policy: sticky.TetherRedis, R: 1, B: 4, Prompt: 100, Cached: 70, Stayed: 1},
+		{Policy: sticky.TetherGossip, R: 1, B: 4, Prompt: 100, Cached: 71, Stayed: 1},
+		{Policy: sticky.TetherRedis, R: 3, B: 4, Prompt: 100, Cached: 74, Stayed: 1},
+		{Policy: sticky.TetherGossip, R: 3, B: 4, Prompt: 100, Cached: 77, Stayed: 0.996},
+		{Policy: sticky.TetherRedis, R: 6, B: 4, Prompt: 100, Cached: 60, Stayed: 0.9},
+		{Policy: sticky.TetherGossip, R: 6, B: 4, Prompt: 100, Cached: 78, Stayed: 1},
+	}
+	got := evictionNote(in)
+	if want := "their hit rates were 74.0% and 77.0% at R = 3, B = 4. "; !strings.Contains(got, want) {
+		t.Errorf("evictionNote = %q, want it to contain %q (R = 1 is not compared, R = 6's Redis moved turns)", got, want)
+	}
+	in.Sticky[3].Stayed = 0.99
+	if got := evictionNote(in); got != "" {
+		t.Errorf("no (R ≥ 3, B) where both stores stayed: evictionNote = %q, want none", got)
 	}
 }

@@ -47,10 +47,15 @@ type Result struct {
 	Cached      int64 // cached prompt tokens, from the responses' usage
 	SessionP50  float64
 	SessionP10  float64 // per-session hit rates over conversations of 2+ turns
-	TTFT        *loadgen.Histogram
-	Throughput  float64 // completed requests per second, first send to last answer
-	Imbalance   float64 // max/mean requests per backend
-	Wall        time.Duration
+	// Stayed is the share of later turns (a conversation's second turn
+	// on, its previous turn answered) that the backend of the previous
+	// turn answered: the routing itself, which the backends' LRU caches
+	// do not blur (the report's column "same backend").
+	Stayed     float64
+	TTFT       *loadgen.Histogram
+	Throughput float64 // completed requests per second, first send to last answer
+	Imbalance  float64 // max/mean requests per backend
+	Wall       time.Duration
 }
 
 // PrefillBusy is the share of the run the backends' prefill lanes were
@@ -212,7 +217,14 @@ func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 	type acc struct{ prompt, cached, turns int }
 	sessions := map[int]*acc{}
 	var first, last time.Time
-	for _, s := range samples {
+	var later, stayed int
+	for i, s := range samples {
+		if i > 0 && s.Err == nil && samples[i-1].Conv == s.Conv && samples[i-1].Err == nil {
+			later++
+			if s.Backend == samples[i-1].Backend {
+				stayed++
+			}
+		}
 		res.Requests++
 		if s.Err != nil {
 			res.Errors++
@@ -242,6 +254,9 @@ func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 		if a.turns >= 2 {
 			rates = append(rates, float64(a.cached)/float64(max(a.prompt, 1)))
 		}
+	}
+	if later > 0 {
+		res.Stayed = float64(stayed) / float64(later)
 	}
 	slices.Sort(rates)
 	if n := len(rates); n > 0 {

@@ -1,8 +1,13 @@
 package sticky
 
 import (
+	"errors"
+	"math"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/workload"
 )
 
 // A scaled B runs its policies in groups that offer the machine about the
@@ -37,5 +42,31 @@ func TestRunsCountsEveryGroupAndCacheSize(t *testing.T) {
 	o := Options{Replicas: []int{1, 3, 6}, Backends: []int{4, 8}, Policies: AllPolicies, ScaleWithBackends: true, CacheSweep: []int{1024}}
 	if got := o.Runs(); got != 3*1+3*2+1 {
 		t.Errorf("Runs = %d, want 10", got)
+	}
+}
+
+// Stayed counts a later turn as staying when the previous turn of the
+// same conversation was answered by the same backend; a first turn, or a
+// turn after a failed one, has nothing to stay with.
+func TestSummarizeCountsTurnsThatStayedOnTheirBackend(t *testing.T) {
+	fail := errors.New("refused")
+	samples := []workload.Sample{
+		{Conv: 0, Turn: 0, Backend: "a"},
+		{Conv: 0, Turn: 1, Backend: "a"}, // stayed
+		{Conv: 0, Turn: 2, Backend: "b"}, // moved
+		{Conv: 0, Turn: 3, Err: fail},
+		{Conv: 0, Turn: 4, Backend: "b"}, // after a failure: not counted
+		{Conv: 1, Turn: 0, Backend: "b"}, // a new conversation, not a move
+		{Conv: 1, Turn: 1, Backend: "b"}, // stayed
+	}
+	for i := range samples {
+		samples[i].TTFT = time.Millisecond
+	}
+	r := summarize(Oracle, 1, 2, samples)
+	if want := 2.0 / 3; math.Abs(r.Stayed-want) > 1e-9 {
+		t.Errorf("Stayed = %v, want %v (2 of 3 later turns)", r.Stayed, want)
+	}
+	if r.Errors != 1 {
+		t.Errorf("Errors = %d, want 1", r.Errors)
 	}
 }

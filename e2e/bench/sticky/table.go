@@ -28,7 +28,7 @@ func Tables(o Options, res []*Result) []*table.Table {
 	for _, b := range o.Backends {
 		for _, r := range o.Replicas {
 			t := &table.Table{Title: fmt.Sprintf("R = %d router replicas, B = %d backends", r, b),
-				Head: []string{"policy", "requests", "errors", "hit rate", "÷ oracle", "session hit p50", "session hit p10",
+				Head: []string{"policy", "requests", "errors", "hit rate", "÷ oracle", "session hit p50", "session hit p10", "same backend",
 					"TTFT p50 ms", "TTFT p99 ms", "RR TTFT p50 ÷", "req/s", "imbalance", "prefill busy"}}
 			oracle, rr := Find(res, Oracle, r, b), Find(res, RoundRobin, r, b)
 			for _, p := range o.Policies {
@@ -44,7 +44,7 @@ func Tables(o Options, res []*Result) []*table.Table {
 					vsRR = fmt.Sprintf("%.2f×", float64(rr.TTFT.Quantile(0.5))/float64(x.TTFT.Quantile(0.5)))
 				}
 				t.Add(Labels[p], fmt.Sprint(x.Requests), fmt.Sprint(x.Errors), pct(x.HitRate()), vsOracle,
-					pct(x.SessionP50), pct(x.SessionP10), ms(x.TTFT.Quantile(0.5)), ms(x.TTFT.Quantile(0.99)), vsRR,
+					pct(x.SessionP50), pct(x.SessionP10), pct(x.Stayed), ms(x.TTFT.Quantile(0.5)), ms(x.TTFT.Quantile(0.99)), vsRR,
 					fmt.Sprintf("%.1f", x.Throughput), fmt.Sprintf("%.2f", x.Imbalance), pct(x.PrefillBusy(o.Model)))
 			}
 			out = append(out, t)

@@ -20,6 +20,7 @@ type Sample struct {
 	TTFT           time.Duration // to the first SSE event with a token
 	Done           time.Duration // to the end of the stream
 	Prompt, Cached int           // usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
+	Backend        string        // the modelsim backend that answered (X-Modelsim-Id)
 	Err            error
 }
 
@@ -122,6 +123,7 @@ func turn(ctx context.Context, c *http.Client, url, session string, msgs []messa
 		return s
 	}
 	defer resp.Body.Close()
+	s.Backend = resp.Header.Get("X-Modelsim-Id")
 	if resp.StatusCode != http.StatusOK {
 		s.Err = fmt.Errorf("status %d", resp.StatusCode)
 		return s
