@@ -286,12 +286,13 @@ const sameRouting = 0.995
 
 // evictionNote puts side by side, at every (R ≥ 3, B) where the stores
 // are compared with the oracle, the hit rates of tether Redis and tether
-// gossip when both kept (nearly) every later turn on its backend: they
-// place new sessions by the same hash, so their backends saw the same
-// sessions, and what still parts their hit rates is the order in which
-// requests arrived, which the backends' LRU caches evict by and the
-// machine's timing of those seconds sets. Their difference is this run's
-// noise on a hit-rate ratio; the *same backend* column is the routing.
+// gossip when both kept (nearly) every later turn on its backend: the
+// same routing, so what parts their hit rates is the draw of which
+// sessions land together (each policy's backends listen on other ports,
+// which the key's hash mixes in) and the order in which requests arrived,
+// which the backends' LRU caches evict by and the machine's timing of
+// those seconds sets. Their difference is this run's noise on a hit-rate
+// ratio; the *same backend* column is the routing.
 func evictionNote(in *Input) string {
 	o := in.StickyOpts
 	var parts []string
@@ -307,6 +308,6 @@ func evictionNote(in *Input) string {
 	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" With the same routing, a hit rate still moves by a few points from run to run: a backend evicts by the order its requests arrived in, which the machine's timing of those seconds sets, and under this cache pressure an early eviction recomputes a history that evicts others. Tether Redis and tether gossip place new sessions by the same hash, so their backends see the same sessions, and in this run both kept at least %.1f%% of later turns on their previous turn's backend, as the oracle does (column *same backend*); their hit rates were %s. The difference between the two is the caches' noise, and so is a store's shortfall from the oracle of that size.",
+	return fmt.Sprintf(" With the same routing, a hit rate still moves by a few points from run to run. A backend evicts by the order its requests arrived in, which the machine's timing of those seconds sets, and under this cache pressure an early eviction recomputes a history that evicts others; and a hashed placement of 150 conversations is a draw: which long conversations share a backend changes with the backends' addresses, which differ between policies and runs (README \"Placement\"; a fleet with thousands of sessions per backend evens it out). Tether Redis and tether gossip place new sessions by the same rule, and in this run both kept at least %.1f%% of later turns on their previous turn's backend, as the oracle does (column *same backend*); their hit rates were %s. The difference between the two is that noise, and so is a store's shortfall from the oracle of that size.",
 		100*sameRouting, strings.Join(parts, "; "))
 }
