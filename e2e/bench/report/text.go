@@ -130,8 +130,13 @@ func headline(in *Input) *table.Table {
 			}
 			ta, _ := r.Added(tp, 0.99)
 			ha, _ := r.Added(hp, 0.99)
-			t.Add(fmt.Sprintf("added p99 over direct, %s, %.0f req/s: tether (memory) vs HAProxy", mode, rate),
-				fmt.Sprintf("%s vs %s; p99 %s vs %s", msf(ta), msf(ha), msf(tp.Res.Latency.Quantile(0.99)), msf(hp.Res.Latency.Quantile(0.99))))
+			cell := fmt.Sprintf("%s vs %s; p99 %s vs %s", msf(ta), msf(ha), msf(tp.Res.Latency.Quantile(0.99)), msf(hp.Res.Latency.Quantile(0.99)))
+			if d := r.Point(hop.Direct, mode, rate); d != nil && (ta < 0 || ha < 0) {
+				// Direct's own point was the slower: the shared machine
+				// stalled in its seconds, not a proxy faster than none.
+				cell += fmt.Sprintf(" (direct's own p99 %s: the machine stalled in its seconds; compare the p99s)", msf(d.Res.Latency.Quantile(0.99)))
+			}
+			t.Add(fmt.Sprintf("added p99 over direct, %s, %.0f req/s: tether (memory) vs HAProxy", mode, rate), cell)
 			t.Add(fmt.Sprintf("CPU per 1,000 requests, %s, %.0f req/s: tether vs HAProxy", mode, rate),
 				fmt.Sprintf("%.0f ms vs %.0f ms (%s)", float64(tp.CPUPer1k)/1e6, float64(hp.CPUPer1k)/1e6, hop.Ratio(float64(tp.CPUPer1k), float64(hp.CPUPer1k))))
 		}

@@ -3,6 +3,10 @@ package report
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/hop"
+	"github.com/tetherproxy/tether/e2e/bench/loadgen"
 
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
 	"github.com/tetherproxy/tether/e2e/bench/workload"
@@ -75,5 +79,33 @@ func TestEvictionNoteComparesTheStoresWhereBothRoutedAsTheOracle(t *testing.T) {
 	in.Sticky[3].Stayed = 0.99
 	if got := evictionNote(in); got != "" {
 		t.Errorf("no (R ≥ 3, B) where both stores stayed: evictionNote = %q, want none", got)
+	}
+}
+
+// A headline point where direct's own p99 was the slower (the machine
+// stalled in its seconds) says so, instead of leaving a negative "added"
+// latency unexplained; a point where it was not says nothing more.
+func TestHeadlineExplainsANegativeAddedLatency(t *testing.T) {
+	point := func(proxy string, p99 time.Duration) hop.Point {
+		h := &loadgen.Histogram{}
+		for range 99 {
+			h.Record(time.Millisecond / 2)
+		}
+		h.Record(p99)
+		h.Record(p99)
+		return hop.Point{Proxy: proxy, Mode: hop.NonStreaming, Rate: 1000, Res: &loadgen.Result{OK: 101, Latency: h}, CPUPer1k: time.Second}
+	}
+	in := &Input{Hop: &hop.Results{Opts: hop.Options{Modes: []hop.Mode{hop.NonStreaming}, Rates: []float64{1000}}}}
+	in.Hop.Points = []hop.Point{point(hop.Direct, 20*time.Millisecond), point(hop.HAProxy, 8*time.Millisecond), point(hop.Tether, 6*time.Millisecond)}
+	var buf strings.Builder
+	headline(in).Text(&buf)
+	if !strings.Contains(buf.String(), "direct's own p99") {
+		t.Errorf("direct's p99 above both proxies', headline does not explain the negative added latency:\n%s", buf.String())
+	}
+	in.Hop.Points[0] = point(hop.Direct, 2*time.Millisecond)
+	buf.Reset()
+	headline(in).Text(&buf)
+	if strings.Contains(buf.String(), "direct's own p99") {
+		t.Errorf("direct's p99 below both proxies', headline explains a stall that was not:\n%s", buf.String())
 	}
 }
