@@ -203,6 +203,14 @@ func sanity(in *report.Input) error {
 		}
 	}
 	for _, r := range append(slices.Clone(in.Sticky), in.Sweep...) {
+		// The oracle keeps every later turn on its previous turn's
+		// backend by construction, and round robin moves most of them:
+		// otherwise the backends did not name themselves in their
+		// answers (X-Modelsim-Id) and the same-backend column means
+		// nothing.
+		if r.Policy == sticky.Oracle && r.Stayed < 0.99 || r.Policy == sticky.RoundRobin && r.B > 1 && r.Stayed > 0.9 {
+			errs = append(errs, fmt.Errorf("sticky %s R=%d B=%d: %.1f%% of later turns on their previous turn's backend (is X-Modelsim-Id missing?)", r.Policy, r.R, r.B, 100*r.Stayed))
+		}
 		if r.Errors > r.Requests/10 || r.Requests == r.Errors {
 			errs = append(errs, fmt.Errorf("sticky %s R=%d B=%d: %d of %d requests failed (first: %v)", r.Policy, r.R, r.B, r.Errors, r.Requests, r.FirstErr))
 		}

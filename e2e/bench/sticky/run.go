@@ -212,6 +212,8 @@ func runConfig(ctx context.Context, o Options, w workload.Params, convs []worklo
 	return results, errors.Join(errs...)
 }
 
+// summarize reduces one policy's samples, in conversation and turn order
+// as Drive returns them, to its Result.
 func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 	res := &Result{Policy: policy, R: r, B: b, TTFT: &loadgen.Histogram{}}
 	type acc struct{ prompt, cached, turns int }
