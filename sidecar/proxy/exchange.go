@@ -91,7 +91,7 @@ type exchange struct {
 
 	trace httptrace.ClientTrace
 	// clock is the first-byte timeout when the pool's transport cannot
-	// bound the wait itself (Pool.ownClock); its hook is then in trace.
+	// bound the wait itself (Pool.bounded is nil); its hook is then in trace.
 	clock headerClock
 }
 
@@ -151,7 +151,7 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 	p := x.pool
 	x.reqBytes = body
 	x.trace.GotConn = x.gotConn
-	if p.ownClock {
+	if p.bounded == nil {
 		x.clock.hook(&x.trace)
 	}
 	ctx := httptrace.WithClientTrace(context.WithValue(x.in.Context(), exchangeKey{}, x), &x.trace)

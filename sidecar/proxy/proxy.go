@@ -67,9 +67,10 @@ type Pool struct {
 
 	m  poolMetrics
 	rp *httputil.ReverseProxy
-	// ownClock: the transport cannot bound the wait for response headers
-	// itself, so each request's exchange runs the first-byte clock.
-	ownClock bool
+	// bounded is the pool's transport when it bounds the wait for the
+	// response headers itself; nil: each request's exchange runs the
+	// first-byte clock (headerClock).
+	bounded headerTimeoutTransport
 }
 
 // poolMetrics are the proxy's children of the request-path metrics, taken
@@ -144,9 +145,8 @@ func New(o Options) *Handler {
 		if base == nil {
 			base = http.DefaultTransport
 		}
-		ht, bounds := base.(headerTimeoutTransport)
-		p.ownClock = !bounds
-		p.rp = h.reverseProxy(firstByteTransport{base: base, bounded: ht, pool: p})
+		p.bounded, _ = base.(headerTimeoutTransport)
+		p.rp = h.reverseProxy(firstByteTransport{base: base, pool: p})
 		h.strip = append(h.strip, p.StripHeaders...)
 		for _, m := range p.Models {
 			h.byModel[m] = p

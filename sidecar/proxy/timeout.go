@@ -18,9 +18,8 @@ import (
 // trafficPolicy.timeout) when it has one, the pool's firstByteTimeout
 // otherwise.
 type firstByteTransport struct {
-	base    http.RoundTripper
-	bounded headerTimeoutTransport // base, when it bounds the wait itself
-	pool    *Pool
+	base http.RoundTripper
+	pool *Pool // its bounded is base, when base bounds the wait itself
 }
 
 // headerTimeoutTransport is a transport that bounds the wait for the
@@ -37,8 +36,8 @@ func (t firstByteTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if x != nil && x.d != nil && x.d.Timeout > 0 {
 		d = x.d.Timeout
 	}
-	if t.bounded != nil && d > 0 {
-		resp, err := t.bounded.RoundTripHeaderTimeout(req, d)
+	if b := t.pool.bounded; b != nil && d > 0 {
+		resp, err := b.RoundTripHeaderTimeout(req, d)
 		if errors.Is(err, upstream.ErrHeaderTimeout) {
 			return nil, headerTimeoutError{d}
 		}
