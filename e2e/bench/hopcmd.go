@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ type hopFlags struct {
 	probe                 time.Duration
 	sessions, backends    int
 	gomaxprocs            int
+	baseline              string
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
@@ -36,6 +38,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.IntVar(&h.sessions, "sessions", d.sessions, "distinct X-Session-ID values")
 	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")
 	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars (0: Go's default)")
+	fs.StringVar(&h.baseline, "tether-baseline", d.baseline, "another tether-sidecar binary, measured beside tether as "+hop.TetherBaseline+" (a change's before and after in one run)")
 }
 
 // hopDefaults are issue 13's comparison: direct, HAProxy, nginx and
@@ -66,6 +69,12 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 	}
 	if o.StreamRates, err = parseRates("-stream-rates", h.streamRates); err != nil {
 		return o, err
+	}
+	if h.baseline != "" {
+		o.BaselineBinary = h.baseline
+		if !slices.Contains(o.Proxies, hop.TetherBaseline) {
+			o.Proxies = append(o.Proxies, hop.TetherBaseline)
+		}
 	}
 	if h.gomaxprocs > 0 {
 		o.SidecarEnv = []string{fmt.Sprint("GOMAXPROCS=", h.gomaxprocs)}

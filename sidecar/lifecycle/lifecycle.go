@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -69,12 +68,22 @@ func Run(ctx context.Context, stopping func(), groups ...Group) error {
 	return g.Wait()
 }
 
+// Drainer is an HTTP server that can be drained: *http.Server, and the
+// sidecar's own proxy server.
+type Drainer interface {
+	// Shutdown stops accepting and waits for in-flight requests to end,
+	// or ctx to.
+	Shutdown(ctx context.Context) error
+	// Close closes every connection at once.
+	Close() error
+}
+
 // HTTPServer is the part that serves srv (serve is srv.Serve or
 // srv.ServeTLS on its listener) until ctx ends, then drains it: srv stops
 // accepting and its in-flight requests, long streams included, get drain
 // to finish; connections still open then are closed (logged on log). A
 // drain of 0 closes at once.
-func HTTPServer(name string, srv *http.Server, serve func() error, drain time.Duration, log *slog.Logger) Part {
+func HTTPServer(name string, srv Drainer, serve func() error, drain time.Duration, log *slog.Logger) Part {
 	return Part{Name: name, Run: func(ctx context.Context) error {
 		served := make(chan error, 1)
 		go func() { served <- serve() }()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/downstream"
 	"github.com/tetherproxy/tether/sidecar/lifecycle"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/proxy"
@@ -76,9 +77,18 @@ type Server struct {
 // listener is one address the server serves, with the pools served there
 // (none for the admin listener).
 type listener struct {
-	srv   *http.Server
+	addr  string
+	srv   httpServer
 	ln    net.Listener
 	pools []string
+}
+
+// httpServer is what serves a listener: the proxy listeners' own HTTP/1.1
+// server (sidecar/downstream), or net/http's for the admin and debug
+// listeners.
+type httpServer interface {
+	Serve(net.Listener) error
+	lifecycle.Drainer
 }
 
 // New builds every part from cfg. It fails, naming the part, when a store
@@ -162,24 +172,23 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			Metrics: shared.metrics, AccessLog: log, Body: fields,
 		})
 		active, shed := listenerMetrics.of(l.Addr)
-		s.listeners = append(s.listeners, &listener{pools: names, srv: &http.Server{
-			Addr:           l.Addr,
+		s.listeners = append(s.listeners, &listener{addr: l.Addr, pools: names, srv: &downstream.Server{
 			Handler:        proxy.Limit(h, cfg.Proxy.MaxConcurrentRequests, active, shed),
 			MaxHeaderBytes: cfg.Proxy.MaxRequestHeaderBytes,
-			// No ReadTimeout or WriteTimeout: a request body may take long
-			// to arrive as long as it keeps arriving (the proxy's idle
+			// No read or write timeout: a request body may take long to
+			// arrive as long as it keeps arriving (the proxy's idle
 			// deadline, proxy.bodyReadTimeout), and a response streams for
 			// as long as the model generates.
 			ReadHeaderTimeout: proxyHeaderTimeout,
 			IdleTimeout:       proxyIdleTimeout,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			Log:               log,
 		}})
 	}
 	limits.publish(lpools)
 	debugOnAdmin := cfg.Debug == "" && config.IsLoopback(cfg.Admin)
-	s.admin = &listener{srv: s.controlServer(cfg.Admin, s.adminHandler(debugOnAdmin), adminWriteTimeout)}
+	s.admin = &listener{addr: cfg.Admin, srv: s.controlServer(cfg.Admin, s.adminHandler(debugOnAdmin), adminWriteTimeout)}
 	if cfg.Debug != "" {
-		s.debug = &listener{srv: s.controlServer(cfg.Debug, s.debugHandler(http.NewServeMux()), debugWriteTimeout)}
+		s.debug = &listener{addr: cfg.Debug, srv: s.controlServer(cfg.Debug, s.debugHandler(http.NewServeMux()), debugWriteTimeout)}
 	}
 	ok = true
 	return s, nil
@@ -253,7 +262,7 @@ func (s *Server) Listen() error {
 }
 
 func (l *listener) listen() (err error) {
-	l.ln, err = net.Listen("tcp", l.srv.Addr)
+	l.ln, err = net.Listen("tcp", l.addr)
 	return err
 }
 
@@ -332,7 +341,7 @@ func (s *Server) Run(ctx context.Context) error {
 	var serving lifecycle.Group
 	addrs := map[string]string{}
 	for _, l := range s.listeners {
-		serving = append(serving, l.part("listener "+l.srv.Addr, s.cfg.Proxy.ShutdownTimeout.Duration, s.log))
+		serving = append(serving, l.part("listener "+l.addr, s.cfg.Proxy.ShutdownTimeout.Duration, s.log))
 		for _, name := range l.pools {
 			addrs[name] = l.ln.Addr().String()
 		}

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"testing"
 
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/downstream"
 )
 
 // Every listener has a header and an idle timeout, and the admin and debug
@@ -35,13 +37,21 @@ pools:
 		t.Fatalf("want a debug listener and two proxy listeners, got debug %v and %d", s.debug != nil, len(s.listeners))
 	}
 	for _, l := range s.all() {
-		control := l == s.admin || l == s.debug
-		srv := l.srv
-		if srv.ReadHeaderTimeout <= 0 || srv.IdleTimeout <= 0 {
-			t.Errorf("%s: header timeout %s, idle timeout %s", srv.Addr, srv.ReadHeaderTimeout, srv.IdleTimeout)
-		}
-		if control && (srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0) {
-			t.Errorf("%s: read timeout %s, write timeout %s", srv.Addr, srv.ReadTimeout, srv.WriteTimeout)
+		switch srv := l.srv.(type) {
+		case *http.Server:
+			if l != s.admin && l != s.debug {
+				t.Errorf("%s: a proxy listener on net/http's server", l.addr)
+			}
+			if srv.ReadHeaderTimeout <= 0 || srv.IdleTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 {
+				t.Errorf("%s: header timeout %s, idle timeout %s, read timeout %s, write timeout %s",
+					l.addr, srv.ReadHeaderTimeout, srv.IdleTimeout, srv.ReadTimeout, srv.WriteTimeout)
+			}
+		case *downstream.Server:
+			if srv.ReadHeaderTimeout <= 0 || srv.IdleTimeout <= 0 {
+				t.Errorf("%s: header timeout %s, idle timeout %s", l.addr, srv.ReadHeaderTimeout, srv.IdleTimeout)
+			}
+		default:
+			t.Errorf("%s: served by %T", l.addr, srv)
 		}
 	}
 }

@@ -32,6 +32,8 @@ type Options struct {
 	ProbeTime time.Duration // measured time of one search probe
 	// SidecarEnv is added to every tether-sidecar's environment.
 	SidecarEnv []string
+	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
+	BaselineBinary string
 	// Step is called before every measurement (progress reporting).
 	Step func(what string)
 	// Skip is told, at the end of each mode's search, how many of the
@@ -150,7 +152,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	targets := map[string]*target{}
 	for _, name := range o.Proxies {
-		t, err := startTarget(o.Env, name, backends, o.SidecarEnv)
+		t, err := startTarget(&o, name, backends)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

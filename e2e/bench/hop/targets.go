@@ -20,6 +20,10 @@ const (
 	TetherNoLog  = "tether-nolog"  // memory store, access log off
 	TetherRedis  = "tether-redis"  // Redis store (a real redis-server)
 	TetherGossip = "tether-gossip" // gossip store, a ring of three sidecars
+	// TetherBaseline is another build of tether-sidecar
+	// (Options.BaselineBinary), memory store, access log on: a change's
+	// before and after, side by side in one run.
+	TetherBaseline = "tether-baseline"
 	// GoProxy is net/http's httputil.ReverseProxy and nothing else
 	// (consistent hashing on the header): what any Go proxy pays for
 	// the hop before doing anything of its own.
@@ -27,18 +31,19 @@ const (
 )
 
 // AllProxies lists every proxy the section knows.
-var AllProxies = []string{Direct, HAProxy, Nginx, GoProxy, Tether, TetherNoLog, TetherRedis, TetherGossip}
+var AllProxies = []string{Direct, HAProxy, Nginx, GoProxy, Tether, TetherNoLog, TetherRedis, TetherGossip, TetherBaseline}
 
 // Labels are the names the tables print.
 var Labels = map[string]string{
-	Direct:       "direct (no proxy)",
-	HAProxy:      "HAProxy stick table",
-	Nginx:        "nginx consistent hash",
-	GoProxy:      "Go httputil.ReverseProxy (hash)",
-	Tether:       "tether (memory)",
-	TetherNoLog:  "tether (memory, no access log)",
-	TetherRedis:  "tether (Redis)",
-	TetherGossip: "tether (gossip, 3 replicas)",
+	Direct:         "direct (no proxy)",
+	HAProxy:        "HAProxy stick table",
+	Nginx:          "nginx consistent hash",
+	GoProxy:        "Go httputil.ReverseProxy (hash)",
+	Tether:         "tether (memory)",
+	TetherNoLog:    "tether (memory, no access log)",
+	TetherRedis:    "tether (Redis)",
+	TetherGossip:   "tether (gossip, 3 replicas)",
+	TetherBaseline: "tether (memory), baseline build",
 }
 
 // target is where one proxy's load goes.
@@ -50,11 +55,12 @@ type target struct {
 }
 
 // startTarget starts proxy name in front of backends.
-func startTarget(env *procs.Env, name string, backends []string, sidecarEnv []string) (*target, error) {
+func startTarget(o *Options, name string, backends []string) (*target, error) {
+	env := o.Env
 	t := &target{name: name}
 	var first *procs.Running
 	side := func(s procs.Sidecar) (err error) {
-		s.Backends, s.Env = backends, sidecarEnv
+		s.Backends, s.Env = backends, o.SidecarEnv
 		if first, err = env.Sidecar(s); err != nil {
 			return err
 		}
@@ -73,11 +79,16 @@ func startTarget(env *procs.Env, name string, backends []string, sidecarEnv []st
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case GoProxy:
-		p, addr, err := env.GoRouter("go-reverseproxy", "consistent-hash", backends, sidecarEnv)
+		p, addr, err := env.GoRouter("go-reverseproxy", "consistent-hash", backends, o.SidecarEnv)
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case Tether:
 		return t, side(procs.Sidecar{Name: "tether-memory"})
+	case TetherBaseline:
+		if o.BaselineBinary == "" {
+			return nil, fmt.Errorf("%s needs a baseline binary (bench hop -tether-baseline)", name)
+		}
+		return t, side(procs.Sidecar{Name: "tether-baseline", Binary: o.BaselineBinary})
 	case TetherNoLog:
 		return t, side(procs.Sidecar{Name: "tether-nolog", LogLevel: "warn"})
 	case TetherRedis:
@@ -96,7 +107,7 @@ func startTarget(env *procs.Env, name string, backends []string, sidecarEnv []st
 		seed := first.Gossip
 		for i := 1; i < 3; i++ {
 			r, err := env.Sidecar(procs.Sidecar{Name: fmt.Sprint("tether-gossip-", i), Store: "gossip",
-				GossipJoin: []string{seed}, Backends: backends, Env: sidecarEnv})
+				GossipJoin: []string{seed}, Backends: backends, Env: o.SidecarEnv})
 			if err != nil {
 				return nil, err
 			}

@@ -26,6 +26,8 @@ type Sidecar struct {
 	LogLevel string
 	// Env is added to the process's environment (GOMAXPROCS=1).
 	Env []string
+	// Binary is the tether-sidecar to run; empty: the env's bin directory's.
+	Binary string
 }
 
 // Running is a started sidecar.
@@ -91,7 +93,11 @@ pools:
 	if s.LogLevel != "" {
 		args = append(args, "--log-level", s.LogLevel)
 	}
-	if r.Process, err = e.StartEnv(s.Name, filepath.Join(e.Bin, "tether-sidecar"), s.Env, args...); err != nil {
+	bin := s.Binary
+	if bin == "" {
+		bin = filepath.Join(e.Bin, "tether-sidecar")
+	}
+	if r.Process, err = e.StartEnv(s.Name, bin, s.Env, args...); err != nil {
 		return nil, err
 	}
 	return r, r.WaitHTTP("http://"+r.Admin+"/readyz", startTimeout)

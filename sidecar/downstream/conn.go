@@ -1,0 +1,360 @@
+package downstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// A connection's states, for Shutdown: it closes new and idle ones, and
+// one in a request is left to finish it.
+const (
+	stateNew    int32 = iota // accepted, no request yet
+	stateIdle                // between requests
+	stateActive              // reading or serving a request
+	stateClosed              // closed by Shutdown
+)
+
+// conn is one client connection, served on its own goroutine: a request
+// is read, handled and answered before the next is read.
+type conn struct {
+	s        *Server
+	nc       net.Conn
+	remote   string
+	accepted time.Time
+	state    atomic.Int32
+	in       inReader
+	br       *bufio.Reader // over in
+	bw       *bufio.Writer // over nc
+	w        response      // the request in progress; reused
+	body     requestBody   // its body; reused
+	watch    watch
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), accepted: time.Now()}
+	c.in.nc = nc
+	c.br = bufio.NewReader(&c.in)
+	c.bw = bufio.NewWriter(nc)
+	c.watch.c = c
+	c.watch.cond.L = &c.watch.mu
+	c.w.header = make(http.Header)
+	return c
+}
+
+// closeIfIdle closes c when it waits for a request (or, accepted more
+// than newConnGrace ago, has not sent its first) and says so.
+func (c *conn) closeIfIdle() bool {
+	if c.state.CompareAndSwap(stateIdle, stateClosed) ||
+		(time.Since(c.accepted) > newConnGrace && c.state.CompareAndSwap(stateNew, stateClosed)) {
+		c.nc.Close()
+		return true
+	}
+	return false
+}
+
+func (c *conn) serve() {
+	defer c.end()
+	for {
+		if !c.awaitRequest() {
+			return
+		}
+		req, err := c.readRequest()
+		if err != nil {
+			c.refuse(err)
+			return
+		}
+		if !c.serveRequest(req) || c.s.closing.Load() {
+			return
+		}
+	}
+}
+
+func (c *conn) end() {
+	c.watch.stop()
+	c.nc.Close()
+	c.s.remove(c)
+}
+
+// awaitRequest waits for the first byte of the next request: the idle
+// timeout bounds the wait between requests, the header timeout the wait
+// for a new connection's first.
+func (c *conn) awaitRequest() bool {
+	from := c.state.Load()
+	var deadline time.Time
+	if from == stateNew {
+		if d := c.s.ReadHeaderTimeout; d > 0 {
+			deadline = c.accepted.Add(d)
+		}
+	} else {
+		from = stateIdle
+		c.state.Store(stateIdle)
+		if c.s.closing.Load() {
+			return false
+		}
+		if d := c.s.IdleTimeout; d > 0 {
+			deadline = time.Now().Add(d)
+		}
+	}
+	// Always set: a watch aborted by a deadline in the past left one.
+	_ = c.nc.SetReadDeadline(deadline)
+	if _, err := c.br.Peek(1); err != nil {
+		return false
+	}
+	return c.state.CompareAndSwap(from, stateActive)
+}
+
+// errTooLarge is a request line and header block over the server's limit.
+var errTooLarge = errors.New("request header fields too large")
+
+// statusError is a request refused with its status.
+type statusError struct {
+	code int
+	text string
+}
+
+func (e statusError) Error() string { return e.text }
+
+func (c *conn) readRequest() (*http.Request, error) {
+	if d := c.s.ReadHeaderTimeout; d > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	}
+	c.in.limit(c.s.headerLimit())
+	req, err := http.ReadRequest(c.br)
+	hit := c.in.unlimit()
+	if err != nil {
+		if hit {
+			return nil, errTooLarge
+		}
+		if strings.Contains(err.Error(), "unsupported transfer encoding") {
+			return nil, statusError{http.StatusNotImplemented, "Unsupported transfer encoding"}
+		}
+		return nil, err
+	}
+	if req.ProtoMajor != 1 {
+		return nil, statusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
+	}
+	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
+		return nil, statusError{http.StatusBadRequest, "missing required Host header"}
+	}
+	if req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
+		return nil, statusError{http.StatusBadRequest, "malformed Host header"}
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return nil, statusError{http.StatusBadRequest, "invalid header name"}
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return nil, statusError{http.StatusBadRequest, "invalid header value"}
+			}
+		}
+	}
+	if c.s.ReadHeaderTimeout > 0 {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	return req, nil
+}
+
+// refuse answers a request that could not be read, unless the client
+// went away or timed out (then there is no one to answer), and the
+// connection closes.
+func (c *conn) refuse(err error) {
+	var ne net.Error
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		(errors.As(err, &ne) && ne.Timeout()) {
+		return
+	}
+	code, text := http.StatusBadRequest, ""
+	var se statusError
+	switch {
+	case errors.Is(err, errTooLarge):
+		code = http.StatusRequestHeaderFieldsTooLarge
+	case errors.As(err, &se):
+		code, text = se.code, se.text
+	}
+	body := fmt.Sprintf("%d %s", code, http.StatusText(code))
+	if text != "" && code == http.StatusBadRequest {
+		body += ": " + text
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	fmt.Fprintf(c.nc, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n%s", code, http.StatusText(code), body)
+}
+
+// maxDiscard is how much of a request body the handler left unread is
+// read and dropped to keep the connection (net/http's figure); a longer
+// rest closes it.
+const maxDiscard = 256 << 10
+
+// drainTimeout bounds the wait for that rest; the connection's next read
+// deadline replaces it.
+const drainTimeout = 2 * time.Second
+
+// serveRequest hands req to the handler and finishes its response. It
+// reports whether the connection can carry another request.
+func (c *conn) serveRequest(req *http.Request) bool {
+	ctx, cancel := context.WithCancel(c.s.baseContext())
+	defer cancel()
+	req = req.WithContext(ctx)
+	req.RemoteAddr = c.remote
+	w := &c.w
+	w.reset(c, req)
+	expect := req.Header.Get("Expect")
+	sendContinue := req.ProtoAtLeast(1, 1) && strings.EqualFold(expect, "100-continue")
+	c.watch.begin(cancel)
+	c.body.reset(c, req.Body, sendContinue)
+	if expect != "" && !sendContinue {
+		w.closeAfter = true
+		w.WriteHeader(http.StatusExpectationFailed)
+		w.finish()
+		return false
+	}
+	if c.body.eof {
+		req.Body = http.NoBody
+		c.watch.arm()
+	} else {
+		req.Body = &c.body
+	}
+	handled := c.handle(w, req)
+	c.watch.disarm()
+	if !handled {
+		return false // the handler aborted: the response is cut where it stood
+	}
+	w.finish()
+	return w.reusable()
+}
+
+// handle runs the handler. A panic ends the request unfinished, so the
+// client sees a cut response; http.ErrAbortHandler is the quiet way a
+// handler asks for that (ReverseProxy does when a backend fails
+// mid-body), anything else is logged with its stack.
+func (c *conn) handle(w *response, req *http.Request) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				stack := make([]byte, 64<<10)
+				stack = stack[:runtime.Stack(stack, false)]
+				c.s.log().Error("panic serving a request", "remote", c.remote, "panic", fmt.Sprint(v), "stack", string(stack))
+			}
+			ok = false
+		}
+	}()
+	c.s.Handler.ServeHTTP(w, req)
+	return true
+}
+
+// inReader is what the connection's bufio.Reader reads: the socket,
+// after a byte the watch read, and bounded while headers are read.
+type inReader struct {
+	nc       net.Conn
+	limited  bool
+	left     int64
+	hit      bool
+	extra    [1]byte
+	hasExtra bool
+}
+
+func (r *inReader) limit(n int64) { r.limited, r.left, r.hit = true, n, false }
+
+// unlimit ends the bound and reports whether it was reached.
+func (r *inReader) unlimit() bool {
+	r.limited = false
+	return r.hit
+}
+
+func (r *inReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if r.limited {
+		if r.left <= 0 {
+			r.hit = true
+			return 0, io.EOF
+		}
+		if int64(len(p)) > r.left {
+			p = p[:r.left]
+		}
+	}
+	var n int
+	var err error
+	if r.hasExtra {
+		p[0], r.hasExtra, n = r.extra[0], false, 1
+	} else {
+		n, err = r.nc.Read(p)
+	}
+	if r.limited {
+		r.left -= int64(n)
+	}
+	return n, err
+}
+
+// requestBody is a request's body as the handler reads it: it sends the
+// 100 Continue a client asked for on the first read, and once the body
+// has ended it starts the watch for the client going away.
+type requestBody struct {
+	c            *conn
+	src          io.ReadCloser
+	eof          bool
+	sendContinue bool
+	err          error
+}
+
+// reset makes b the body of the next request: src from ReadRequest
+// (nil or http.NoBody when the request has none).
+func (b *requestBody) reset(c *conn, src io.ReadCloser, sendContinue bool) {
+	eof := src == nil || src == http.NoBody
+	*b = requestBody{c: c, src: src, eof: eof, sendContinue: sendContinue && !eof}
+}
+
+func (b *requestBody) Read(p []byte) (int, error) {
+	switch {
+	case b.eof:
+		return 0, io.EOF
+	case b.err != nil:
+		return 0, b.err
+	}
+	if b.sendContinue {
+		b.sendContinue = false
+		b.c.w.writeContinue()
+	}
+	n, err := b.src.Read(p)
+	switch {
+	case err == io.EOF:
+		b.eof = true
+		if !b.c.w.done {
+			b.c.watch.arm()
+		}
+	case err != nil:
+		b.err = err
+	}
+	return n, err
+}
+
+// Close leaves the connection open: what is left of the body is read or
+// the connection closed when the response ends.
+func (b *requestBody) Close() error { return nil }
+
+// drain reads and drops up to maxDiscard bytes of what the handler left
+// unread and reports whether the body ended within them.
+func (b *requestBody) drain() bool {
+	if b.eof {
+		return true
+	}
+	if b.err != nil || b.sendContinue {
+		// A client waiting for 100 Continue has not sent its body.
+		return false
+	}
+	_ = b.c.nc.SetReadDeadline(time.Now().Add(drainTimeout))
+	_, err := io.CopyN(io.Discard, b, maxDiscard+1)
+	return err == io.EOF && b.eof
+}

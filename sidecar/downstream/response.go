@@ -1,0 +1,397 @@
+package downstream
+
+import (
+	"errors"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// pendingMax is how much of a body of unknown length is held before its
+// framing is chosen: a response that ends within it is sent with a
+// Content-Length, a longer one is chunked (net/http's figure).
+const pendingMax = 2048
+
+// response is the http.ResponseWriter of one request (and an
+// http.Flusher, and a target for http.ResponseController's deadlines).
+//
+// WriteHeader puts the status line and the handler's headers in the
+// connection's buffer at once, so a header changed later (ReverseProxy
+// sets trailers in the same map) cannot leak into them, without a copy
+// of the map. The framing headers (Content-Length, Transfer-Encoding,
+// Connection, Date) and the blank line follow once the framing is
+// known: at the first write of a body of known length, a flush, a body
+// past pendingMax, or the handler's return.
+type response struct {
+	c      *conn
+	req    *http.Request
+	header http.Header // the handler's; one map per connection, cleared per request
+
+	status int  // the final status; 0 until WriteHeader(>= 200)
+	framed bool // framing headers and the blank line written
+	// From the headers at WriteHeader:
+	length       int64 // Content-Length, -1 when unknown
+	bodyAllowed  bool
+	isHEAD       bool
+	sniff        bool     // no Content-Type: detect one from the body
+	hasDate      bool     // the handler set Date
+	saidClose    bool     // the handler set "Connection: close"
+	trailerNames []string // announced in Trailer
+
+	chunked, closeDelimited bool
+	written                 int64  // body bytes accepted from the handler
+	pending                 []byte // body held before framing; reused
+	// closeAfter: the connection carries no other request.
+	closeAfter bool
+	// err is the first failed write to the client; later writes return it.
+	err  error
+	done bool // the handler has returned
+	// scratch for a chunk's size line and the Date header.
+	scratch [64]byte
+}
+
+var errAfterHandler = errors.New("downstream: write after the handler returned")
+
+func (w *response) reset(c *conn, req *http.Request) {
+	clear(w.header)
+	*w = response{c: c, req: req, header: w.header, length: -1, pending: w.pending[:0],
+		isHEAD: req.Method == http.MethodHead, closeAfter: req.Close}
+}
+
+// Header is the map of headers to send, as WriteHeader finds it.
+func (w *response) Header() http.Header { return w.header }
+
+// WriteHeader sends an informational (1xx) response at once, or records
+// the final status and puts its headers in the buffer. A second final
+// status is ignored, as net/http does.
+func (w *response) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic("downstream: invalid WriteHeader code " + strconv.Itoa(code))
+	}
+	if w.done || w.status != 0 {
+		return
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		w.writeStatusLine(code)
+		w.writeHeaders()
+		w.c.bw.WriteString("\r\n")
+		w.noteErr(w.c.bw.Flush())
+		return
+	}
+	w.status = code
+	w.bodyAllowed = code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
+	if cl := w.header.Get("Content-Length"); cl != "" && w.bodyAllowed {
+		if n, err := strconv.ParseInt(strings.TrimSpace(cl), 10, 64); err == nil && n >= 0 {
+			w.length = n
+		} else {
+			w.header.Del("Content-Length") // not a length: frame the body instead
+		}
+	}
+	if !w.bodyAllowed {
+		w.header.Del("Content-Length")
+	}
+	_, hasType := w.header["Content-Type"]
+	w.sniff = !hasType && w.bodyAllowed && w.header.Get("Content-Encoding") == ""
+	_, w.hasDate = w.header["Date"]
+	w.saidClose = httpguts.HeaderValuesContainsToken(w.header["Connection"], "close")
+	w.closeAfter = w.closeAfter || w.saidClose
+	for _, v := range w.header["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				w.trailerNames = append(w.trailerNames, textproto.CanonicalMIMEHeaderKey(name))
+			}
+		}
+	}
+	w.writeStatusLine(code)
+	w.writeHeaders()
+}
+
+// writeContinue answers a client that asked for 100 Continue, unless the
+// final response has begun.
+func (w *response) writeContinue() {
+	if w.status != 0 || w.done {
+		return
+	}
+	w.c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+	w.noteErr(w.c.bw.Flush())
+}
+
+func (w *response) writeStatusLine(code int) {
+	bw := w.c.bw
+	if w.req.ProtoAtLeast(1, 1) {
+		bw.WriteString("HTTP/1.1 ")
+	} else {
+		bw.WriteString("HTTP/1.0 ")
+	}
+	bw.Write(strconv.AppendInt(w.scratch[:0], int64(code), 10))
+	bw.WriteByte(' ')
+	if text := http.StatusText(code); text != "" {
+		bw.WriteString(text)
+	} else {
+		bw.WriteString("status code ")
+		bw.Write(strconv.AppendInt(w.scratch[:0], int64(code), 10))
+	}
+	bw.WriteString("\r\n")
+}
+
+// writeHeaders writes the handler's headers but those the framing
+// decides, trailers, and names that are not valid (as net/http drops
+// them); a line break in a value becomes a space.
+func (w *response) writeHeaders() {
+	bw := w.c.bw
+	for k, vv := range w.header {
+		if skipHeader(k) || w.isTrailer(k) || !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			writeValue(bw, v)
+			bw.WriteString("\r\n")
+		}
+	}
+}
+
+// skipHeader: the framing's own headers, and trailers set under
+// http.TrailerPrefix.
+func skipHeader(k string) bool {
+	return k == "Transfer-Encoding" || strings.HasPrefix(k, http.TrailerPrefix)
+}
+
+func (w *response) isTrailer(k string) bool {
+	for _, t := range w.trailerNames {
+		if t == k {
+			return true
+		}
+	}
+	return false
+}
+
+func writeValue(bw interface {
+	WriteString(string) (int, error)
+	WriteByte(byte) error
+}, v string) {
+	v = strings.Trim(v, " \t")
+	if !strings.ContainsAny(v, "\r\n") {
+		bw.WriteString(v)
+		return
+	}
+	for i := 0; i < len(v); i++ {
+		b := v[i]
+		if b == '\r' || b == '\n' {
+			b = ' '
+		}
+		bw.WriteByte(b)
+	}
+}
+
+// Write sends body bytes, framing the response first if it is not yet.
+func (w *response) Write(p []byte) (int, error) {
+	if w.done {
+		return 0, errAfterHandler
+	}
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if !w.bodyAllowed {
+		if w.isHEAD {
+			return len(p), nil
+		}
+		return 0, http.ErrBodyNotAllowed
+	}
+	if w.length >= 0 && w.written+int64(len(p)) > w.length {
+		return 0, http.ErrContentLength
+	}
+	if w.isHEAD {
+		w.written += int64(len(p))
+		return len(p), nil
+	}
+	if !w.framed {
+		if w.length < 0 && len(w.pending)+len(p) <= pendingMax {
+			w.pending = append(w.pending, p...)
+			w.written += int64(len(p))
+			return len(p), nil
+		}
+		w.frame(p)
+	}
+	n, err := w.writeBody(p)
+	w.written += int64(n)
+	return n, err
+}
+
+// frame writes the framing headers and the blank line, then the body
+// held so far. first is the body's first bytes when none is held (for
+// Content-Type detection).
+func (w *response) frame(first []byte) {
+	w.framed = true
+	bw := w.c.bw
+	if w.sniff {
+		data := w.pending
+		if len(data) == 0 {
+			data = first
+		}
+		if len(data) > 0 {
+			bw.WriteString("Content-Type: ")
+			bw.WriteString(http.DetectContentType(data))
+			bw.WriteString("\r\n")
+		}
+	}
+	if !w.c.body.eof && (w.closeAfter || !w.done || !w.c.body.drain()) {
+		// The rest of the request body is unread (and, before the
+		// handler's return, may still be read): the next request cannot
+		// be found on this connection.
+		w.closeAfter = true
+	}
+	if w.c.s.closing.Load() {
+		w.closeAfter = true
+	}
+	switch {
+	case !w.bodyAllowed || w.length >= 0 || w.isHEAD:
+	case w.done && len(w.trailerNames) == 0 && !w.hasPrefixedTrailers():
+		w.length = int64(len(w.pending))
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(w.scratch[:0], w.length, 10))
+		bw.WriteString("\r\n")
+	case w.req.ProtoAtLeast(1, 1):
+		w.chunked = true
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+	default:
+		w.closeDelimited = true
+		w.closeAfter = true
+	}
+	switch {
+	case w.closeAfter && !w.saidClose:
+		bw.WriteString("Connection: close\r\n")
+	case !w.closeAfter && !w.req.ProtoAtLeast(1, 1):
+		bw.WriteString("Connection: keep-alive\r\n")
+	}
+	if !w.hasDate {
+		bw.WriteString("Date: ")
+		bw.Write(time.Now().UTC().AppendFormat(w.scratch[:0], http.TimeFormat))
+		bw.WriteString("\r\n")
+	}
+	bw.WriteString("\r\n")
+	if len(w.pending) > 0 {
+		_, _ = w.writeBody(w.pending)
+		w.pending = w.pending[:0]
+	}
+}
+
+func (w *response) hasPrefixedTrailers() bool {
+	for k := range w.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeBody puts p on the wire in the response's framing.
+func (w *response) writeBody(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	bw := w.c.bw
+	if w.chunked {
+		bw.Write(strconv.AppendUint(w.scratch[:0], uint64(len(p)), 16))
+		bw.WriteString("\r\n")
+	}
+	n, err := bw.Write(p)
+	if w.chunked && err == nil {
+		_, err = bw.WriteString("\r\n")
+	}
+	w.noteErr(err)
+	return n, err
+}
+
+func (w *response) noteErr(err error) {
+	if err != nil && w.err == nil {
+		w.err = err
+		w.closeAfter = true
+	}
+}
+
+// FlushError sends what is buffered to the client (choosing chunked
+// framing for a body of unknown length).
+func (w *response) FlushError() error {
+	if w.done {
+		return errAfterHandler
+	}
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.framed {
+		w.frame(nil)
+	}
+	if w.err != nil {
+		return w.err
+	}
+	err := w.c.bw.Flush()
+	w.noteErr(err)
+	return err
+}
+
+// Flush is FlushError for http.Flusher.
+func (w *response) Flush() { _ = w.FlushError() }
+
+// SetReadDeadline and SetWriteDeadline set the connection's deadlines
+// for http.ResponseController (the proxy's body-read idle timeout).
+func (w *response) SetReadDeadline(t time.Time) error  { return w.c.nc.SetReadDeadline(t) }
+func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
+
+// finish completes the response after the handler returned: the framing
+// if not yet, the last chunk and trailers, and a flush.
+func (w *response) finish() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.done = true
+	if !w.framed {
+		w.frame(nil)
+	}
+	bw := w.c.bw
+	if w.chunked && w.err == nil {
+		bw.WriteString("0\r\n")
+		for _, k := range w.trailerNames {
+			w.writeTrailer(k, w.header[k])
+		}
+		for k, vv := range w.header {
+			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+				w.writeTrailer(name, vv)
+			}
+		}
+		bw.WriteString("\r\n")
+	}
+	w.noteErr(bw.Flush())
+	if w.length >= 0 && w.bodyAllowed && !w.isHEAD && w.written != w.length {
+		w.closeAfter = true // short of its Content-Length: the client waits for the rest
+	}
+}
+
+func (w *response) writeTrailer(name string, vv []string) {
+	if !httpguts.ValidHeaderFieldName(name) {
+		return
+	}
+	bw := w.c.bw
+	for _, v := range vv {
+		bw.WriteString(name)
+		bw.WriteString(": ")
+		writeValue(bw, v)
+		bw.WriteString("\r\n")
+	}
+}
+
+// reusable reports whether the connection can carry the next request.
+func (w *response) reusable() bool {
+	return !w.closeAfter && w.err == nil && !w.c.watch.clientGone()
+}

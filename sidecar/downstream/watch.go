@@ -1,0 +1,127 @@
+package downstream
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"time"
+)
+
+// watch notices a client that goes away while its request runs: a read
+// on the connection that returns an error (the client closed or reset
+// it) cancels the request's context. It reads only once the request's
+// body has ended, so it never takes the handler's bytes, and only when
+// the request is still running WatchAfter later, so a short request costs
+// a timer's Reset and Stop and no goroutine.
+//
+// A byte read (the next request, pipelined) is kept for the connection's
+// reader, and the watch ends: net/http's background read does the same.
+type watch struct {
+	c *conn
+	// cancel cancels the current request's context.
+	cancel context.CancelFunc
+	timer  *time.Timer // runs run, made once per connection
+	// on is set by arm and cleared by disarm; only the connection's
+	// goroutine touches it.
+	on bool
+
+	mu   sync.Mutex
+	cond sync.Cond // on mu: run has finished
+	// armed: run may read. Cleared by disarm so a run that has not begun
+	// returns at once.
+	armed    bool
+	reading  bool // run is in its read
+	aborting bool // disarm set a deadline in the past to end that read
+	ran      bool // run has finished since the last arm
+	// gone: the client went away; the connection carries no more requests.
+	gone bool
+}
+
+// begin starts a request whose context cancel cancels.
+func (w *watch) begin(cancel context.CancelFunc) { w.cancel = cancel }
+
+// arm starts the watch WatchAfter from now.
+func (w *watch) arm() {
+	if w.on {
+		return
+	}
+	w.on = true
+	w.mu.Lock()
+	w.armed, w.ran = true, false
+	w.mu.Unlock()
+	d := w.c.s.watchAfter()
+	if w.timer == nil {
+		w.timer = time.AfterFunc(d, w.run)
+	} else {
+		w.timer.Reset(d)
+	}
+}
+
+// disarm ends the watch before the connection reads again: a run that
+// has begun is ended and waited for.
+func (w *watch) disarm() {
+	if !w.on {
+		return
+	}
+	w.on = false
+	if w.timer.Stop() {
+		return // run never started
+	}
+	w.mu.Lock()
+	w.armed = false
+	for !w.ran {
+		if w.reading && !w.aborting {
+			w.aborting = true
+			_ = w.c.nc.SetReadDeadline(aLongTimeAgo)
+		}
+		w.cond.Wait()
+	}
+	w.aborting = false
+	w.mu.Unlock()
+}
+
+// stop releases the timer when the connection ends.
+func (w *watch) stop() {
+	w.disarm()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (w *watch) run() {
+	w.mu.Lock()
+	if !w.armed {
+		w.ran = true
+		w.cond.Broadcast()
+		w.mu.Unlock()
+		return
+	}
+	w.reading = true
+	w.mu.Unlock()
+
+	in := &w.c.in
+	n, err := w.c.nc.Read(in.extra[:])
+
+	w.mu.Lock()
+	w.reading = false
+	if n > 0 {
+		in.hasExtra = true
+	}
+	if err != nil && !w.aborting && !errors.Is(err, os.ErrDeadlineExceeded) {
+		w.gone = true
+		w.cancel()
+	}
+	w.ran = true
+	w.cond.Broadcast()
+	w.mu.Unlock()
+}
+
+// clientGone reports whether the watch saw the client go away.
+func (w *watch) clientGone() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gone
+}
