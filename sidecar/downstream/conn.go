@@ -39,6 +39,10 @@ type conn struct {
 	w        response      // the request in progress; reused
 	body     requestBody   // its body; reused
 	watch    watch
+	// lastMethod is the previous request's method: after a POST, stray
+	// line breaks before the next request are skipped (RFC 9112 section
+	// 2.2, for clients that end a body with one; net/http does the same).
+	lastMethod string
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -108,6 +112,8 @@ func (c *conn) awaitRequest() bool {
 	}
 	// Always set: a watch aborted by a deadline in the past left one.
 	_ = c.nc.SetReadDeadline(deadline)
+	// The header limit counts from here: the Peek may buffer much of them.
+	c.in.limit(c.s.headerLimit())
 	if _, err := c.br.Peek(1); err != nil {
 		return false
 	}
@@ -129,18 +135,23 @@ func (c *conn) readRequest() (*http.Request, error) {
 	if d := c.s.ReadHeaderTimeout; d > 0 {
 		_ = c.nc.SetReadDeadline(time.Now().Add(d))
 	}
-	c.in.limit(c.s.headerLimit())
+	if c.lastMethod == http.MethodPost {
+		peek, _ := c.br.Peek(4)
+		n := 0
+		for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+			n++
+		}
+		_, _ = c.br.Discard(n)
+	}
 	req, err := http.ReadRequest(c.br)
 	hit := c.in.unlimit()
 	if err != nil {
 		if hit {
 			return nil, errTooLarge
 		}
-		if strings.Contains(err.Error(), "unsupported transfer encoding") {
-			return nil, statusError{http.StatusNotImplemented, "Unsupported transfer encoding"}
-		}
 		return nil, err
 	}
+	c.lastMethod = req.Method
 	if req.ProtoMajor != 1 {
 		return nil, statusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
 	}
@@ -166,29 +177,39 @@ func (c *conn) readRequest() (*http.Request, error) {
 	return req, nil
 }
 
-// refuse answers a request that could not be read, unless the client
-// went away or timed out (then there is no one to answer), and the
-// connection closes.
+// refuse answers a request that could not be read, as net/http does
+// (status lines and bodies included), unless the client went away or
+// timed out (then there is no one to answer); the connection closes.
 func (c *conn) refuse(err error) {
 	var ne net.Error
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		(errors.As(err, &ne) && ne.Timeout()) {
 		return
 	}
-	code, text := http.StatusBadRequest, ""
+	const headers = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	var se statusError
 	switch {
 	case errors.Is(err, errTooLarge):
-		code = http.StatusRequestHeaderFieldsTooLarge
+		const text = "431 Request Header Fields Too Large"
+		io.WriteString(c.nc, "HTTP/1.1 "+text+headers+text)
+		// The client may still be sending: closing now could reset the
+		// connection before it reads the answer.
+		if tc, ok := c.nc.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+			_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			_, _ = io.Copy(io.Discard, c.nc)
+		}
+	case strings.Contains(err.Error(), "unsupported transfer encoding"):
+		// The encoding is not echoed (net/http: cross-site scripting).
+		io.WriteString(c.nc, "HTTP/1.1 501 Not Implemented"+headers+"Unsupported transfer encoding")
 	case errors.As(err, &se):
-		code, text = se.code, se.text
+		text := fmt.Sprintf("%d %s: %s", se.code, http.StatusText(se.code), se.text)
+		io.WriteString(c.nc, "HTTP/1.1 "+text+headers+text)
+	default:
+		const text = "400 Bad Request"
+		io.WriteString(c.nc, "HTTP/1.1 "+text+headers+text)
 	}
-	body := fmt.Sprintf("%d %s", code, http.StatusText(code))
-	if text != "" && code == http.StatusBadRequest {
-		body += ": " + text
-	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	fmt.Fprintf(c.nc, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n%s", code, http.StatusText(code), body)
 }
 
 // maxDiscard is how much of a request body the handler left unread is

@@ -209,10 +209,6 @@ func (w *response) Write(p []byte) (int, error) {
 	if w.length >= 0 && w.written+int64(len(p)) > w.length {
 		return 0, http.ErrContentLength
 	}
-	if w.isHEAD {
-		w.written += int64(len(p))
-		return len(p), nil
-	}
 	if !w.framed {
 		if w.length < 0 && len(w.pending)+len(p) <= pendingMax {
 			w.pending = append(w.pending, p...)
@@ -252,9 +248,19 @@ func (w *response) frame(first []byte) {
 	if w.c.s.closing.Load() {
 		w.closeAfter = true
 	}
+	trailers := len(w.trailerNames) > 0 || w.hasPrefixedTrailers()
 	switch {
-	case !w.bodyAllowed || w.length >= 0 || w.isHEAD:
-	case w.done && len(w.trailerNames) == 0 && !w.hasPrefixedTrailers():
+	case !w.bodyAllowed || w.length >= 0:
+	case w.isHEAD:
+		// What a GET would have been sent with, when the handler wrote it
+		// all within pendingMax; else no length and no framing.
+		if w.done && !trailers {
+			w.length = int64(len(w.pending))
+			bw.WriteString("Content-Length: ")
+			bw.Write(strconv.AppendInt(w.scratch[:0], w.length, 10))
+			bw.WriteString("\r\n")
+		}
+	case w.done && !trailers:
 		w.length = int64(len(w.pending))
 		bw.WriteString("Content-Length: ")
 		bw.Write(strconv.AppendInt(w.scratch[:0], w.length, 10))
@@ -267,7 +273,8 @@ func (w *response) frame(first []byte) {
 		w.closeAfter = true
 	}
 	switch {
-	case w.closeAfter && !w.saidClose:
+	case w.closeAfter && !w.saidClose && w.req.ProtoAtLeast(1, 1):
+		// (An HTTP/1.0 connection closes unless it says keep-alive.)
 		bw.WriteString("Connection: close\r\n")
 	case !w.closeAfter && !w.req.ProtoAtLeast(1, 1):
 		bw.WriteString("Connection: keep-alive\r\n")
@@ -300,6 +307,9 @@ func (w *response) writeBody(p []byte) (int, error) {
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if w.isHEAD {
+		return len(p), nil // a response to HEAD has no body
 	}
 	bw := w.c.bw
 	if w.chunked {

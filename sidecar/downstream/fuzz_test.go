@@ -1,0 +1,90 @@
+package downstream
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// FuzzConnection sends a client's raw bytes, then its end of input:
+// whatever they are, nothing panics, the connection ends, and what the
+// client reads back is a sequence of well-formed responses (1xx
+// included), each a whole one.
+//
+//	go test -run '^$' -fuzz FuzzConnection ./sidecar/downstream/
+func FuzzConnection(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nshort",
+		"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.0\r\n\r\n",
+		"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nX: " + string(make([]byte, 2000)) + "\r\n\r\n",
+		"garbage\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	s := &Server{MaxHeaderBytes: 1024, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: 2 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			if r.URL.Path == "/stream" {
+				w.Write(b)
+				w.(http.Flusher).Flush()
+			}
+			w.Write(b)
+		})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Close()
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		go func() {
+			c.Write(in)
+			c.(*net.TCPConn).CloseWrite()
+		}()
+		br := bufio.NewReader(c)
+		if bytes.Contains(bytes.ToUpper(in), []byte("HEAD")) {
+			// A response to HEAD has no body whatever its headers say: a
+			// reader that does not know which request it answers cannot
+			// tell where it ends. Check only that the connection ends.
+			if _, err := io.Copy(io.Discard, br); err != nil {
+				t.Fatalf("the connection did not end: %v", err)
+			}
+			return
+		}
+		for {
+			if _, err := br.Peek(1); err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("the connection did not end: %v", err)
+				}
+				return
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("malformed response: %v", err)
+			}
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				t.Fatalf("response %d: body cut: %v", resp.StatusCode, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,285 @@
+package downstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func goleakMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// start serves h on a loopback port and returns the server and address.
+func start(t *testing.T, s *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+func readBody(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// A client that goes away while its request waits (for a model's first
+// token) cancels the request's context: the proxy stops the backend's work.
+func TestClientGoingAwayCancelsTheRequest(t *testing.T) {
+	canceled := make(chan error, 1)
+	addr := start(t, &Server{WatchAfter: time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		select {
+		case <-r.Context().Done():
+			canceled <- r.Context().Err()
+		case <-time.After(5 * time.Second):
+			canceled <- nil
+		}
+	})})
+	for _, req := range []string{
+		"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /wait HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+	} {
+		c, _ := dial(t, addr)
+		io.WriteString(c, req)
+		time.Sleep(20 * time.Millisecond) // past WatchAfter: the watch reads
+		c.Close()
+		if err := <-canceled; !errors.Is(err, context.Canceled) {
+			t.Fatalf("%q: the request's context ended with %v, want context.Canceled", req, err)
+		}
+	}
+}
+
+// A request that ends before WatchAfter never starts the watch, and one
+// that outlives it has its connection read while it runs: a pipelined
+// request's first byte, taken by that read, must reach the next request.
+func TestPipelinedRequestAfterAWatchedOne(t *testing.T) {
+	addr := start(t, &Server{WatchAfter: time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(50 * time.Millisecond)
+		}
+		io.WriteString(w, r.URL.Path)
+	})})
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+	for _, want := range []string{"/slow", "/next"} {
+		if _, body := readBody(t, br); body != want {
+			t.Fatalf("body %q, want %q", body, want)
+		}
+	}
+	// And the connection still serves after the watch ended.
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := readBody(t, br); body != "/slow" {
+		t.Fatalf("third request: body %q", body)
+	}
+}
+
+// ReverseProxy cuts a response it cannot finish (the backend failed
+// mid-body) by panicking with http.ErrAbortHandler: the client must see
+// the response end without its last chunk, not a clean end.
+func TestAbortedHandlerCutsTheResponse(t *testing.T) {
+	var panics atomic.Int32
+	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if http.NewResponseController(w).Flush() == nil { // a ResponseWriter that flushes
+			io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+		}
+		if r.URL.Path == "/abort" {
+			panic(http.ErrAbortHandler)
+		}
+		panics.Add(1)
+		panic("a bug")
+	})})
+	for _, path := range []string{"/abort", "/bug"} {
+		c, br := dial(t, addr)
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if !errors.Is(err, io.ErrUnexpectedEOF) || string(body) != "data: first\n\n" {
+			t.Fatalf("%s: read %q, %v; want the first event, then io.ErrUnexpectedEOF", path, body, err)
+		}
+	}
+}
+
+// Shutdown closes idle connections at once, lets a request in progress
+// finish with "Connection: close", and returns when it has.
+func TestShutdownDrains(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-release
+		}
+		io.WriteString(w, "done")
+	})}
+	addr := start(t, s)
+	idle, idleBR := dial(t, addr)
+	io.WriteString(idle, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	readBody(t, idleBR)
+	busy, busyBR := dial(t, addr)
+	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	if _, err := idleBR.ReadByte(); err == nil {
+		t.Fatal("the idle connection was not closed")
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v with a request in progress", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, err := net.Dial("tcp", addr); err == nil {
+		t.Fatal("a new connection was accepted after Shutdown")
+	}
+	close(release)
+	resp, body := readBody(t, busyBR)
+	if body != "done" || !resp.Close {
+		t.Fatalf("in-progress request: %q, close %v; want done and Connection: close", body, resp.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// Shutdown gives up when its context ends; Close then ends what is left.
+func TestShutdownGivesUpWithItsContext(t *testing.T) {
+	entered := make(chan struct{})
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-r.Context().Done()
+	}), WatchAfter: time.Millisecond}
+	addr := start(t, s)
+	c, _ := dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want context.DeadlineExceeded", err)
+	}
+	s.Close() // closes the connection: the watch cancels the request
+}
+
+// The idle timeout closes a keep-alive connection with no next request,
+// and the header timeout one whose request does not arrive in full.
+func TestIdleAndHeaderTimeouts(t *testing.T) {
+	addr := start(t, &Server{IdleTimeout: 50 * time.Millisecond, ReadHeaderTimeout: 50 * time.Millisecond,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })})
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	readBody(t, br)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection: %v, want io.EOF", err)
+	}
+	c, br = dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost:")
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("half a request: %v, want io.EOF", err)
+	}
+}
+
+// A client asking for 100 Continue gets it once the handler reads the
+// body, and only then sends the body.
+func TestExpectContinue(t *testing.T) {
+	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Write(b)
+	})})
+	c, br := dial(t, addr)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatalf("got %v, %v; want 100 Continue", resp, err)
+	}
+	io.WriteString(c, "hello")
+	if _, body := readBody(t, br); body != "hello" {
+		t.Fatalf("body %q", body)
+	}
+}
+
+// The request's context carries http.ServerContextKey: ReverseProxy
+// panics to cut a response only under a server, and stays silent
+// otherwise.
+func TestRequestContextNamesAServer(t *testing.T) {
+	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := r.Context().Value(http.ServerContextKey).(*http.Server); !ok {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		if r.RemoteAddr == "" {
+			w.WriteHeader(http.StatusTeapot)
+		}
+	})})
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, _ := readBody(t, br); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// A streamed response reaches the client event by event.
+func TestFlushSendsEachEvent(t *testing.T) {
+	next := make(chan struct{})
+	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := range 3 {
+			io.WriteString(w, strings.Repeat("e", i+1)+"\n")
+			w.(http.Flusher).Flush()
+			<-next
+		}
+	})})
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewReader(resp.Body)
+	for i := range 3 {
+		line, err := lines.ReadString('\n')
+		if err != nil || line != strings.Repeat("e", i+1)+"\n" {
+			t.Fatalf("event %d: %q, %v", i, line, err)
+		}
+		next <- struct{}{}
+	}
+}
