@@ -22,11 +22,11 @@ type watch struct {
 	// cancel cancels the current request's context.
 	cancel context.CancelFunc
 	timer  *time.Timer // runs run, made once per connection
-	// on is set by arm and cleared by disarm; only the connection's
-	// goroutine touches it.
-	on bool
 
-	mu   sync.Mutex
+	mu sync.Mutex
+	// on is set by arm and cleared by disarm (under mu: a handler may
+	// read its body on another goroutine).
+	on   bool
 	cond sync.Cond // on mu: run has finished
 	// armed: run may read. Cleared by disarm so a run that has not begun
 	// returns at once.
@@ -43,30 +43,30 @@ func (w *watch) begin(cancel context.CancelFunc) { w.cancel = cancel }
 
 // arm starts the watch WatchAfter from now.
 func (w *watch) arm() {
+	w.mu.Lock()
 	if w.on {
+		w.mu.Unlock()
 		return
 	}
-	w.on = true
-	w.mu.Lock()
-	w.armed, w.ran = true, false
-	w.mu.Unlock()
+	w.on, w.armed, w.ran = true, true, false
 	d := w.c.s.watchAfter()
 	if w.timer == nil {
 		w.timer = time.AfterFunc(d, w.run)
 	} else {
 		w.timer.Reset(d)
 	}
+	w.mu.Unlock()
 }
 
 // disarm ends the watch before the connection reads again: a run that
 // has begun is ended and waited for.
 func (w *watch) disarm() {
-	if !w.on {
-		return
-	}
+	w.mu.Lock()
+	on := w.on
 	w.on = false
-	if w.timer.Stop() {
-		return // run never started
+	w.mu.Unlock()
+	if !on || w.timer.Stop() {
+		return // never armed, or run never started
 	}
 	w.mu.Lock()
 	w.armed = false
