@@ -198,6 +198,8 @@ func TestAnswersAsNetHTTPDoes(t *testing.T) {
 		"two lengths":                {"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "POST"},
 		"pipelined":                  {get("/small") + get("/known-length"), "GET"},
 		"expect continue, body sent": {"POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi", "POST"},
+		"expect continue, HTTP/1.0":  {"POST /echo HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi", "POST"},
+		"expect continue in a list":  {"POST /echo HTTP/1.1\r\nHost: x\r\nExpect: foo, 100-continue\r\nContent-Length: 2\r\n\r\nhi", "POST"},
 	}
 	for k, v := range more {
 		cases[k] = v

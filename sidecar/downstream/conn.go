@@ -231,10 +231,10 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	w := &c.w
 	w.reset(c, req)
 	expect := req.Header.Get("Expect")
-	sendContinue := req.ProtoAtLeast(1, 1) && strings.EqualFold(expect, "100-continue")
+	continueAsked := httpguts.HeaderValuesContainsToken([]string{expect}, "100-continue")
 	c.watch.begin(cancel)
-	c.body.reset(c, req.Body, sendContinue)
-	if expect != "" && !sendContinue {
+	c.body.reset(c, req.Body, continueAsked && req.ProtoAtLeast(1, 1))
+	if expect != "" && !continueAsked {
 		w.closeAfter = true
 		w.WriteHeader(http.StatusExpectationFailed)
 		w.finish()

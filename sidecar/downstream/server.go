@@ -24,9 +24,12 @@
 // HTTP/1.0 client), trailers included.
 //
 // What it does not do, since the proxy needs none of it: TLS, HTTP/2,
-// hijacking (upgrades), and the ConnState and ConnContext hooks. An
-// HTTP/1.1 request whose Host header is empty is refused (net/http
-// accepts it when the header is present but empty).
+// hijacking (upgrades), and the ConnState and ConnContext hooks. Two
+// requests are judged by their Host as http.ReadRequest leaves it, since
+// it drops the header: an HTTP/1.1 request whose Host header is present
+// but empty is refused (net/http accepts it), and one in absolute form
+// (GET http://host/path) without a Host header is accepted (net/http
+// refuses it).
 package downstream
 
 import (
