@@ -146,7 +146,7 @@ func (s *Scanner) scanJSON(p []byte) {
 			if !s.escaped && !s.isKey && !s.capturing {
 				// The body of a string value (most of a completion's
 				// bytes): jump to its next quote or backslash.
-				j := bytes.IndexAny(p[i:], `"\\`)
+				j := quoteOrBackslash(p[i:])
 				if j < 0 {
 					return
 				}
@@ -288,4 +288,19 @@ func jsonCounts(b []byte) (counts, bool) {
 		prompt: of(r.PromptTokens), input: of(r.InputTokens),
 		promptDetails: detailsOf(r.PromptTokensDetails), inputDetails: detailsOf(r.InputTokensDetails),
 	}, true
+}
+
+// quoteOrBackslash is the index of the first '"' or '\\' in p, or -1:
+// two vectorised byte searches, where bytes.IndexAny builds a set on
+// every call (1% of a streamed event's CPU).
+func quoteOrBackslash(p []byte) int {
+	q := bytes.IndexByte(p, '"')
+	head := p
+	if q >= 0 {
+		head = p[:q]
+	}
+	if b := bytes.IndexByte(head, '\\'); b >= 0 {
+		return b
+	}
+	return q
 }

@@ -235,3 +235,14 @@ func BenchmarkBody(b *testing.B) {
 		s.Write(body)
 	}
 }
+
+func TestQuoteOrBackslash(t *testing.T) {
+	for in, want := range map[string]int{
+		``: -1, `abc`: -1, `"`: 0, `\`: 0, `ab"c\`: 2, `ab\c"`: 2, `\"`: 0, `"\`: 0,
+		strings.Repeat("x", 100) + `\` + `"`: 100,
+	} {
+		if got := quoteOrBackslash([]byte(in)); got != want {
+			t.Errorf("quoteOrBackslash(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
