@@ -48,6 +48,7 @@ type conn struct {
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), accepted: time.Now()}
 	c.in.nc = nc
+	c.in.left = -1
 	c.br = bufio.NewReader(&c.in)
 	c.bw = bufio.NewWriter(nc)
 	c.watch.c = c
@@ -275,36 +276,34 @@ func (c *conn) handle(w *response, req *http.Request) (ok bool) {
 }
 
 // inReader is what the connection's bufio.Reader reads: the socket,
-// after a byte the watch read, and bounded while headers are read.
+// after a byte the watch read, and bounded while headers are read (as
+// upstream's limitReader bounds a response's).
 type inReader struct {
 	nc       net.Conn
-	limited  bool
-	left     int64
-	hit      bool
+	left     int64 // bytes the header block may still read; < 0: no bound
 	extra    [1]byte
 	hasExtra bool
 }
 
-func (r *inReader) limit(n int64) { r.limited, r.left, r.hit = true, n, false }
+func (r *inReader) limit(n int64) { r.left = n }
 
-// unlimit ends the bound and reports whether it was reached.
+// unlimit ends the bound and reports whether it was reached (net/http's
+// hitReadLimit: a read that fails there answers 431).
 func (r *inReader) unlimit() bool {
-	r.limited = false
-	return r.hit
+	hit := r.left == 0
+	r.left = -1
+	return hit
 }
 
 func (r *inReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if r.limited {
-		if r.left <= 0 {
-			r.hit = true
-			return 0, io.EOF
-		}
-		if int64(len(p)) > r.left {
-			p = p[:r.left]
-		}
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if r.left > 0 && int64(len(p)) > r.left {
+		p = p[:r.left]
 	}
 	var n int
 	var err error
@@ -313,7 +312,7 @@ func (r *inReader) Read(p []byte) (int, error) {
 	} else {
 		n, err = r.nc.Read(p)
 	}
-	if r.limited {
+	if r.left > 0 {
 		r.left -= int64(n)
 	}
 	return n, err

@@ -42,9 +42,9 @@ type response struct {
 	saidClose    bool     // the handler set "Connection: close"
 	trailerNames []string // announced in Trailer
 
-	chunked, closeDelimited bool
-	written                 int64  // body bytes accepted from the handler
-	pending                 []byte // body held before framing; reused
+	chunked bool
+	written int64  // body bytes accepted from the handler
+	pending []byte // body held before framing; reused
 	// closeAfter: the connection carries no other request.
 	closeAfter bool
 	// err is the first failed write to the client; later writes return it.
@@ -142,16 +142,9 @@ func (w *response) writeStatusLine(code int) {
 // decides, trailers, and names that are not valid (as net/http drops
 // them); a line break in a value becomes a space.
 func (w *response) writeHeaders() {
-	bw := w.c.bw
 	for k, vv := range w.header {
-		if skipHeader(k) || w.isTrailer(k) || !httpguts.ValidHeaderFieldName(k) {
-			continue
-		}
-		for _, v := range vv {
-			bw.WriteString(k)
-			bw.WriteString(": ")
-			writeValue(bw, v)
-			bw.WriteString("\r\n")
+		if !skipHeader(k) && !w.isTrailer(k) {
+			w.writeField(k, vv)
 		}
 	}
 }
@@ -171,21 +164,27 @@ func (w *response) isTrailer(k string) bool {
 	return false
 }
 
-func writeValue(bw interface {
-	WriteString(string) (int, error)
-	WriteByte(byte) error
-}, v string) {
-	v = strings.Trim(v, " \t")
-	if !strings.ContainsAny(v, "\r\n") {
-		bw.WriteString(v)
+// lineBreaksToSpaces works byte by byte: a value that is not UTF-8 keeps
+// its other bytes.
+var lineBreaksToSpaces = strings.NewReplacer("\r", " ", "\n", " ")
+
+// writeField writes a header or trailer field, one line per value,
+// unless its name is not valid (net/http drops those too); a line break
+// in a value becomes a space.
+func (w *response) writeField(name string, vv []string) {
+	if !httpguts.ValidHeaderFieldName(name) {
 		return
 	}
-	for i := 0; i < len(v); i++ {
-		b := v[i]
-		if b == '\r' || b == '\n' {
-			b = ' '
+	bw := w.c.bw
+	for _, v := range vv {
+		bw.WriteString(name)
+		bw.WriteString(": ")
+		v = strings.Trim(v, " \t")
+		if strings.ContainsAny(v, "\r\n") {
+			v = lineBreaksToSpaces.Replace(v)
 		}
-		bw.WriteByte(b)
+		bw.WriteString(v)
+		bw.WriteString("\r\n")
 	}
 }
 
@@ -251,26 +250,20 @@ func (w *response) frame(first []byte) {
 	trailers := len(w.trailerNames) > 0 || w.hasPrefixedTrailers()
 	switch {
 	case !w.bodyAllowed || w.length >= 0:
-	case w.isHEAD:
-		// What a GET would have been sent with, when the handler wrote it
-		// all within pendingMax; else no length and no framing.
-		if w.done && !trailers {
-			w.length = int64(len(w.pending))
-			bw.WriteString("Content-Length: ")
-			bw.Write(strconv.AppendInt(w.scratch[:0], w.length, 10))
-			bw.WriteString("\r\n")
-		}
 	case w.done && !trailers:
+		// The whole body is held: its length (for HEAD, the length a GET
+		// would have been sent with).
 		w.length = int64(len(w.pending))
 		bw.WriteString("Content-Length: ")
 		bw.Write(strconv.AppendInt(w.scratch[:0], w.length, 10))
 		bw.WriteString("\r\n")
+	case w.isHEAD:
+		// Longer than pendingMax: no length and no framing.
 	case w.req.ProtoAtLeast(1, 1):
 		w.chunked = true
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	default:
-		w.closeDelimited = true
-		w.closeAfter = true
+		w.closeAfter = true // close-delimited
 	}
 	switch {
 	case w.closeAfter && !w.saidClose && w.req.ProtoAtLeast(1, 1):
@@ -373,11 +366,11 @@ func (w *response) finish() {
 	if w.chunked && w.err == nil {
 		bw.WriteString("0\r\n")
 		for _, k := range w.trailerNames {
-			w.writeTrailer(k, w.header[k])
+			w.writeField(k, w.header[k])
 		}
 		for k, vv := range w.header {
 			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
-				w.writeTrailer(name, vv)
+				w.writeField(name, vv)
 			}
 		}
 		bw.WriteString("\r\n")
@@ -385,19 +378,6 @@ func (w *response) finish() {
 	w.noteErr(bw.Flush())
 	if w.length >= 0 && w.bodyAllowed && !w.isHEAD && w.written != w.length {
 		w.closeAfter = true // short of its Content-Length: the client waits for the rest
-	}
-}
-
-func (w *response) writeTrailer(name string, vv []string) {
-	if !httpguts.ValidHeaderFieldName(name) {
-		return
-	}
-	bw := w.c.bw
-	for _, v := range vv {
-		bw.WriteString(name)
-		bw.WriteString(": ")
-		writeValue(bw, v)
-		bw.WriteString("\r\n")
 	}
 }
 
