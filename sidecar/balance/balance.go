@@ -25,6 +25,9 @@ type Balancer struct {
 	intN     func(n int) int
 	hash     bool    // Place chooses by session key (WithHashPlacement)
 	epsilon  float64 // how far above the mean load a hashed choice may be
+	// bindings bounds hashed choices by live sessions as well (WithBindingBound).
+	bindings       BindingCounter
+	bindingEpsilon float64
 
 	// unanswered counts, per backend, the outstanding requests that have
 	// no response headers yet (Sent, Answered).

@@ -2,6 +2,7 @@ package balance
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/tetherproxy/tether/sidecar/discovery"
@@ -29,6 +30,33 @@ func WithHashPlacement(epsilon float64) Option {
 	return func(b *Balancer) { b.hash, b.epsilon = true, epsilon }
 }
 
+// The load bound sees requests in flight, and a replica with a few of them
+// rarely sees a backend busier than the rest; a hash spreads conversations
+// unevenly (a draw of a few dozen per backend), and the backend dealt the
+// most overflows its prefix cache first. A store that holds every binding
+// (gossip on every replica, memory on its one) knows how many live
+// sessions each backend carries, whichever replica placed them, so the
+// hash is bounded by that as well: a backend holding more than (1+ε) ×
+// the mean bindings, plus one, is passed over for the key's next choice.
+
+// DefaultBindingEpsilon is the bindings bound's ε when a pool does not set
+// it. It is tighter than the load bound's: bindings change slowly and
+// every replica of a gossip ring counts nearly the same ones, so a small
+// slack does not split replicas' choices. In the model of `make bench`'s
+// backends (BenchmarkBoundedPlacementHitRate in e2e/bench/workload) 0.1
+// won back more of the hash's gap to the oracle than 0.2, and 0.05 or 0
+// no more within the model's noise.
+const DefaultBindingEpsilon = 0.1
+
+// BindingCounter counts the bindings naming each backend: n[i] for ids[i].
+type BindingCounter func(ids []string, n []int)
+
+// WithBindingBound bounds hashed placement by the bindings count reports
+// (see DefaultBindingEpsilon). Without WithHashPlacement it does nothing.
+func WithBindingBound(epsilon float64, count BindingCounter) Option {
+	return func(b *Balancer) { b.bindingEpsilon, b.bindings = epsilon, count }
+}
+
 // Place chooses a backend for the session whose store key is key: by
 // rendezvous hashing with bounded loads when the balancer hashes and key
 // is set, else as Pick.
@@ -41,6 +69,7 @@ func (b *Balancer) Place(key string, cands []discovery.Backend, usable func(disc
 		i      int
 		weight uint64
 		load   float64
+		held   int // bindings naming the backend
 	}
 	cs := make([]cand, 0, len(cands))
 	var sum float64
@@ -49,14 +78,35 @@ func (b *Balancer) Place(key string, cands []discovery.Backend, usable func(disc
 			continue
 		}
 		l := b.Load(cands[i].ID)
-		cs = append(cs, cand{i, mix64(kh ^ fnv64(cands[i].ID)), l})
+		cs = append(cs, cand{i: i, weight: mix64(kh ^ fnv64(cands[i].ID)), load: l})
 		sum += l
 	}
 	if len(cs) == 0 {
 		return discovery.Backend{}, false
 	}
 	bound := (1+b.epsilon)*sum/float64(len(cs)) + NearEqual
+	heldBound := math.Inf(1)
+	if b.bindings != nil {
+		ids, held := make([]string, len(cs)), make([]int, len(cs))
+		for j, c := range cs {
+			ids[j] = cands[c.i].ID
+		}
+		b.bindings(ids, held)
+		var total int
+		for j := range cs {
+			cs[j].held = held[j]
+			total += held[j]
+		}
+		heldBound = (1+b.bindingEpsilon)*float64(total)/float64(len(cs)) + NearEqual
+	}
 	slices.SortFunc(cs, func(x, y cand) int { return cmp.Compare(y.weight, x.weight) })
+	for _, c := range cs {
+		if c.load <= bound && float64(c.held) <= heldBound {
+			return cands[c.i], true
+		}
+	}
+	// The two bounds together can pass over every backend (the one with
+	// the fewest bindings may be the busiest now); load decides then.
 	for _, c := range cs {
 		if c.load <= bound {
 			return cands[c.i], true

@@ -86,6 +86,61 @@ func TestPlaceSkipsABackendAboveTheBound(t *testing.T) {
 	}
 }
 
+// fixedBindings is a BindingCounter over a map (what a store would count).
+func fixedBindings(m map[string]int) BindingCounter {
+	return func(ids []string, n []int) {
+		for i, id := range ids {
+			n[i] = m[id]
+		}
+	}
+}
+
+func TestPlaceSkipsABackendHoldingTooManyBindings(t *testing.T) {
+	cands := backends("a", "b", "c", "d")
+	held := map[string]int{}
+	b := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, fixedBindings(held)))
+	var key string
+	for i := 0; ; i++ { // a key whose first choice is a
+		key = fmt.Sprint("k", i)
+		if got, _ := b.Place(key, cands, nil); got.ID == "a" {
+			break
+		}
+	}
+	// 40 bindings, a mean of 10 per backend: the bound is 1.1×10+1 = 12.
+	held["a"], held["b"], held["c"], held["d"] = 12, 10, 9, 9
+	if got, _ := b.Place(key, cands, nil); got.ID != "a" {
+		t.Fatalf("a at the bound (12 of a mean of 10) lost the key to %s", got.ID)
+	}
+	held["a"], held["b"] = 13, 9
+	got, _ := b.Place(key, cands, nil)
+	if got.ID == "a" {
+		t.Fatal("placed on a backend holding 13 bindings against a bound of 12")
+	}
+	// The key's next choice, the same on every replica that counts alike.
+	other := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, fixedBindings(held)))
+	if again, _ := other.Place(key, cands, nil); again.ID != got.ID {
+		t.Fatalf("two replicas counting the same bindings chose %s and %s", got.ID, again.ID)
+	}
+	// Without the bound the bindings do not count.
+	if plain, _ := New(WithHashPlacement(DefaultHashEpsilon)).Place(key, cands, nil); plain.ID != "a" {
+		t.Fatalf("a balancer without the bindings bound placed on %s", plain.ID)
+	}
+}
+
+func TestPlaceFallsBackToTheLoadBoundWhenBothBoundsExcludeAll(t *testing.T) {
+	cands := backends("a", "b")
+	// a holds every binding; b has every request in flight.
+	b := New(WithHashPlacement(0), WithBindingBound(0, fixedBindings(map[string]int{"a": 100})))
+	for range 10 {
+		b.Acquire("b")
+	}
+	for i := range 50 {
+		if got, ok := b.Place(fmt.Sprint("k", i), cands, nil); !ok || got.ID != "a" {
+			t.Fatalf("placed on %s (%v); the load bound leaves only a", got.ID, ok)
+		}
+	}
+}
+
 func TestPlaceWithoutHashingOrKeyIsPick(t *testing.T) {
 	cands := backends("a", "b")
 	plain := New()
@@ -121,9 +176,19 @@ func TestPlacePairKeepsTheGroup(t *testing.T) {
 
 func BenchmarkPlace(b *testing.B) {
 	cands := backends("llm/vllm-0/u0", "llm/vllm-1/u1", "llm/vllm-2/u2", "llm/vllm-3/u3", "llm/vllm-4/u4", "llm/vllm-5/u5", "llm/vllm-6/u6", "llm/vllm-7/u7")
-	bal := New(WithHashPlacement(DefaultHashEpsilon))
-	b.ReportAllocs()
-	for b.Loop() {
-		bal.Place("0123456789abcdef0123456789abcdef", cands, nil)
+	for _, bc := range []struct {
+		name string
+		bal  *Balancer
+	}{
+		{"load-bound", New(WithHashPlacement(DefaultHashEpsilon))},
+		{"binding-bound", New(WithHashPlacement(DefaultHashEpsilon),
+			WithBindingBound(DefaultBindingEpsilon, fixedBindings(map[string]int{"llm/vllm-0/u0": 10})))},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.bal.Place("0123456789abcdef0123456789abcdef", cands, nil)
+			}
+		})
 	}
 }

@@ -277,8 +277,13 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	default:
 		e.add(f+".affinity.placement", "unknown placement %q (want hash or leastLoaded)", p.Affinity.Placement)
 	}
-	if eps := p.Affinity.HashEpsilon; eps != nil && !(*eps >= 0 && *eps <= 10) {
-		e.add(f+".affinity.hashEpsilon", "must be between 0 and 10, got %v", *eps)
+	for _, c := range []struct {
+		name string
+		eps  *float64
+	}{{"hashEpsilon", p.Affinity.HashEpsilon}, {"bindingEpsilon", p.Affinity.BindingEpsilon}} {
+		if c.eps != nil && !(*c.eps >= 0 && *c.eps <= 10) {
+			e.add(f+".affinity."+c.name, "must be between 0 and 10, got %v", *c.eps)
+		}
 	}
 	switch p.Affinity.Policy {
 	case "", PolicyThreshold, PolicyCost:

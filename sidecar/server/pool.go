@@ -115,6 +115,13 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 			eps = *pc.Affinity.HashEpsilon
 		}
 		balOpts = append(balOpts, balance.WithHashPlacement(eps))
+		if counter, ok := sh.store.(store.BindingCounter); ok {
+			eps := balance.DefaultBindingEpsilon
+			if pc.Affinity.BindingEpsilon != nil {
+				eps = *pc.Affinity.BindingEpsilon
+			}
+			balOpts = append(balOpts, balance.WithBindingBound(eps, counter.CountBindings))
+		}
 	}
 	bal := balance.New(balOpts...)
 	view.bal = bal

@@ -80,6 +80,16 @@ type Counter interface {
 	Len() int
 }
 
+// BindingCounter is implemented by stores that hold every binding of the
+// pools they serve (memory on its replica, gossip on every replica), for
+// hashed placement's bound on the sessions a backend carries.
+type BindingCounter interface {
+	// CountBindings sets n[i] to the number of bindings that name ids[i]
+	// as their pod or prefill pod. Expired bindings count until swept
+	// (within a second); deleted ones do not.
+	CountBindings(ids []string, n []int)
+}
+
 // ErrUnavailable wraps errors of a store that is temporarily not answering
 // (a breaker is open, a timeout passed).
 var ErrUnavailable = errors.New("store unavailable")

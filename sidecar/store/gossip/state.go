@@ -66,6 +66,10 @@ type shard struct {
 	mu    sync.Mutex
 	t     table.Table[entry]
 	names table.Names
+	// tombs counts, per name ID, the tombstones naming it: a tombstone
+	// keeps its binding's names (the merge compares them), and
+	// countBindings takes them off the names' references.
+	tombs map[uint32]int
 	dirty []key
 }
 
@@ -166,6 +170,7 @@ func (s *state) compareAndDelete(k key, gen uint64, pod, prefill string, now, gr
 		return value{}, false
 	}
 	e.flags = flagTomb | e.flags&flagLocal
+	sh.entomb(e)
 	e.expires = now + 2*(e.expires-now) + grace
 	e.announced = s.ticks(e.expires)
 	s.live.Add(-1)
@@ -246,6 +251,7 @@ func (s *state) put(sh *shard, k key, v value, now int64, local bool) {
 	}
 	if v.Tomb {
 		e.flags = flagTomb
+		sh.entomb(&e)
 	} else {
 		s.live.Add(1)
 	}
@@ -356,6 +362,40 @@ func (sh *shard) value(e *entry) value {
 }
 
 func (sh *shard) drop(e entry) {
+	if e.flags&flagTomb != 0 {
+		for _, id := range [2]uint32{e.pod, e.prefill} {
+			if sh.tombs[id]--; sh.tombs[id] <= 0 {
+				delete(sh.tombs, id)
+			}
+		}
+	}
 	sh.names.Release(e.pod)
 	sh.names.Release(e.prefill)
+}
+
+// entomb counts e, now a tombstone, in sh.tombs.
+func (sh *shard) entomb(e *entry) {
+	if sh.tombs == nil {
+		sh.tombs = make(map[uint32]int)
+	}
+	for _, id := range [2]uint32{e.pod, e.prefill} {
+		if id != 0 { // the empty name is never counted
+			sh.tombs[id]++
+		}
+	}
+}
+
+// countBindings sets n[i] to the live bindings naming ids[i]: the names'
+// references less the tombstones', a shard lock at a time. Expired
+// bindings count until the sweep (every second) removes them.
+func (s *state) countBindings(ids []string, n []int) {
+	clear(n)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for j, id := range ids {
+			n[j] += sh.names.Refs(id) - sh.tombs[sh.names.ID(id)]
+		}
+		sh.mu.Unlock()
+	}
 }

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -165,6 +166,101 @@ func TestStateEvictsByLocalUse(t *testing.T) {
 	for _, i := range []int{1, 3} {
 		if _, ok := st.lookup(k(i), 20, 0, false); !ok {
 			t.Fatalf("local binding %d evicted", i)
+		}
+	}
+}
+
+func TestStateCountsLiveBindingsNotTombstones(t *testing.T) {
+	st := newState(100, 0)
+	st.create(k(1), value{Pod: "a"}, 0, 1000)
+	st.create(k(2), value{Pod: "a"}, 0, 1000)
+	st.create(k(3), value{Pod: "b", Prefill: "p"}, 0, 1000)
+	// A tombstone from the ring and one made here both keep their names.
+	st.apply(k(4), value{Pod: "b", Tomb: true, Expires: 5000}, 0)
+	if _, ok := st.compareAndDelete(k(1), 0, "a", "", 10, 0); !ok {
+		t.Fatal("compare-and-delete failed")
+	}
+	ids := []string{"a", "b", "p", "", "z"}
+	n := make([]int, len(ids))
+	st.countBindings(ids, n)
+	if want := []int{1, 1, 1, 0, 0}; fmt.Sprint(n) != fmt.Sprint(want) {
+		t.Fatalf("counts of %q: %v, want %v", ids, n, want)
+	}
+	// A creation over the tombstone counts again; the swept tombstones
+	// and expired bindings leave nothing behind.
+	st.create(k(1), value{Pod: "b"}, 20, 1000)
+	st.countBindings(ids, n)
+	if want := []int{1, 2, 1, 0, 0}; fmt.Sprint(n) != fmt.Sprint(want) {
+		t.Fatalf("after a create over the tombstone: %v, want %v", n, want)
+	}
+	st.sweep(10000)
+	st.countBindings(ids, n)
+	if want := []int{0, 0, 0, 0, 0}; fmt.Sprint(n) != fmt.Sprint(want) {
+		t.Fatalf("after everything expired: %v, want %v", n, want)
+	}
+	for i := range st.shards {
+		if len(st.shards[i].tombs) != 0 {
+			t.Fatalf("shard %d still counts tombstones: %v", i, st.shards[i].tombs)
+		}
+	}
+}
+
+// TestStateCountsMatchTheTableUnderRandomOps: whatever mix of local
+// creates, deletes, merges from the ring (tombstones included), sweeps and
+// evictions (a small maxEntries) a state goes through, countBindings
+// agrees with a count of the live entries themselves, and no tombstone
+// count outlives its entries.
+func TestStateCountsMatchTheTableUnderRandomOps(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	pods := []string{"a", "b", "c"}
+	st := newState(64, 0)
+	var now int64
+	for op := range 20000 {
+		now += int64(r.IntN(5))
+		kk := k(r.IntN(200))
+		pod, prefill := pods[r.IntN(3)], []string{"", "p"}[r.IntN(2)]
+		switch r.IntN(5) {
+		case 0, 1:
+			st.create(kk, value{Pod: pod, Prefill: prefill, Created: now}, now, int64(100+r.IntN(400)))
+		case 2:
+			if v, ok := st.lookup(kk, now, 0, false); ok {
+				st.compareAndDelete(kk, v.Gen, v.Pod, v.Prefill, now, int64(r.IntN(50)))
+			}
+		case 3:
+			st.apply(kk, value{Gen: uint64(r.IntN(3)), Created: int64(r.IntN(1000)), Pod: pod, Prefill: prefill,
+				Tomb: r.IntN(3) == 0, Expires: now + int64(1+r.IntN(400))}, now)
+		case 4:
+			if r.IntN(20) == 0 {
+				st.sweep(now)
+			}
+		}
+		if op%500 != 0 {
+			continue
+		}
+		ids := append(append([]string{}, pods...), "p")
+		got := make([]int, len(ids))
+		st.countBindings(ids, got)
+		want := make([]int, len(ids))
+		for i := range st.shards {
+			st.shards[i].t.Range(func(_ key, e *entry) bool {
+				if e.flags&flagTomb == 0 {
+					for j, id := range ids {
+						if st.shards[i].names.Name(e.pod) == id || st.shards[i].names.Name(e.prefill) == id {
+							want[j]++
+						}
+					}
+				}
+				return true
+			})
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("op %d: counted %v, the table holds %v (of %q)", op, got, want, ids)
+		}
+	}
+	st.sweep(now + 1_000_000)
+	for i := range st.shards {
+		if len(st.shards[i].tombs) != 0 {
+			t.Fatalf("shard %d counts tombstones of an empty table: %v", i, st.shards[i].tombs)
 		}
 	}
 }

@@ -351,6 +351,11 @@ func (s *Store) CompareAndDelete(_ context.Context, k string, old store.Binding)
 // Len counts the bindings held here (store.Counter).
 func (s *Store) Len() int { return s.st.len() }
 
+// CountBindings sets n[i] to the live bindings naming ids[i]
+// (store.BindingCounter). Every replica holds every binding of the ring,
+// so every replica counts nearly the same.
+func (s *Store) CountBindings(ids []string, n []int) { s.st.countBindings(ids, n) }
+
 // Members counts the live members of the ring, this replica included.
 func (s *Store) Members() int {
 	s.othersMu.RLock()

@@ -1,11 +1,13 @@
 package memory
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/storebench"
 )
 
@@ -60,4 +62,23 @@ func BenchmarkCreate(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkCountBindings is what hashed placement's bindings bound costs a
+// new session on the memory store: a lock of each shard, 8 backends.
+func BenchmarkCountBindings(b *testing.B) {
+	s := mustNew(b, 1_000_000, Options{SweepInterval: time.Hour})
+	defer s.Close()
+	ids := make([]string, 8)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("llm/vllm-%d/u%d", i, i)
+	}
+	for i := range 100_000 {
+		s.Create(ctx, fmt.Sprintf("%032x", i), store.Binding{Pod: ids[i%len(ids)]}, time.Hour)
+	}
+	n := make([]int, len(ids))
+	b.ReportAllocs()
+	for b.Loop() {
+		s.CountBindings(ids, n)
+	}
 }

@@ -185,6 +185,20 @@ func (s *Store) Len() int {
 	return n
 }
 
+// CountBindings sets n[i] to the bindings naming ids[i] (store.BindingCounter):
+// the backend names' reference counts, a shard lock at a time.
+func (s *Store) CountBindings(ids []string, n []int) {
+	clear(n)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for j, id := range ids {
+			n[j] += sh.names.Refs(id)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // Close stops the sweeper. It is idempotent.
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })

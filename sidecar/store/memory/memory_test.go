@@ -304,3 +304,30 @@ func TestHugeTTLDoesNotWrap(t *testing.T) {
 		t.Fatal("a binding with the largest TTL expired at once")
 	}
 }
+
+func TestCountBindings(t *testing.T) { synctest.Test(t, testCountBindings) }
+
+func testCountBindings(t *testing.T) {
+	s := newStore(t, 1000)
+	var _ store.BindingCounter = s
+	for i := range 3 {
+		s.Create(ctx, fmt.Sprint("a", i), store.Binding{Pod: "a"}, time.Minute)
+	}
+	s.Create(ctx, "b0", store.Binding{Pod: "b", PrefillPod: "p"}, time.Minute)
+	s.Create(ctx, "short", store.Binding{Pod: "b"}, time.Second)
+	if ok, _ := s.CompareAndDelete(ctx, "a0", store.Binding{Pod: "a"}); !ok {
+		t.Fatal("compare-and-delete failed")
+	}
+	ids := []string{"a", "b", "p", "z"}
+	n := []int{9, 9, 9, 9} // CountBindings overwrites, never adds to, what is there
+	s.CountBindings(ids, n)
+	if want := []int{2, 2, 1, 0}; fmt.Sprint(n) != fmt.Sprint(want) {
+		t.Fatalf("counts of %v: %v, want %v", ids, n, want)
+	}
+	time.Sleep(2 * time.Second)
+	s.Sweep()
+	s.CountBindings(ids, n)
+	if want := []int{2, 1, 1, 0}; fmt.Sprint(n) != fmt.Sprint(want) {
+		t.Fatalf("after the short binding expired and was swept: %v, want %v", n, want)
+	}
+}

@@ -51,6 +51,18 @@ func (n *Names) Release(id uint32) {
 	}
 }
 
+// Refs counts the references to s: the bindings that name it, when each
+// binding interns each of its backends once.
+func (n *Names) Refs(s string) int {
+	if id, ok := n.ids[s]; ok {
+		return int(n.refs[id])
+	}
+	return 0
+}
+
+// ID returns s's ID without counting a reference (0: s is not held).
+func (n *Names) ID(s string) uint32 { return n.ids[s] }
+
 // Name returns the string of id.
 func (n *Names) Name(id uint32) string {
 	if id == 0 {

@@ -1,0 +1,228 @@
+package workload
+
+import (
+	"container/heap"
+	"container/list"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/discovery"
+	"github.com/tetherproxy/tether/sidecar/session"
+)
+
+// BenchmarkBoundedPlacementHitRate replays the default workload against a
+// model of `make bench`'s backends, a prefix cache each (LRU over 16-token
+// blocks, 4,096 of them), and reports the share of prompt tokens found
+// cached when a conversation's first turn is placed by
+//
+//   - hash: tether's hash with its load bound only (requests arriving one
+//     at a time never reach it), as before the bindings bound;
+//   - bound: the hash bounded by live bindings at the default ε, as the
+//     memory and gossip stores count them;
+//   - least-inflight: the backend with the fewest requests in flight,
+//     which is what the bench's oracle does.
+//
+// Later turns go where the first went. A turn takes its answer's decode
+// time (6 ms a token; the prefill is an order of magnitude shorter), then
+// its think time. The figures are means over 20 random sets of backend
+// addresses (the bench's backends listen on random ports, which the hash
+// mixes in), at 4 backends and at 8 with twice the conversations, as
+// `make bench` scales them:
+//
+//	go test -run '^$' -bench BoundedPlacementHitRate -benchtime 1x ./e2e/bench/workload/
+func BenchmarkBoundedPlacementHitRate(b *testing.B) {
+	for _, backends := range []int{4, 8} {
+		p := Defaults
+		p.Conversations = Defaults.Conversations * backends / 4
+		convs := Generate(p)
+		b.Run(fmt.Sprintf("B=%d", backends), func(b *testing.B) {
+			const sets = 20
+			mean := map[placement]float64{}
+			for b.Loop() {
+				clear(mean)
+				r := rand.New(rand.NewPCG(1, 2))
+				for range sets {
+					ids := make([]string, backends)
+					for i := range ids {
+						ids[i] = fmt.Sprintf("127.0.0.1:%d", 12000+r.IntN(16000))
+					}
+					for _, pl := range placements {
+						mean[pl] += replayHitRate(convs, p, ids, pl) / sets
+					}
+				}
+			}
+			for _, pl := range placements {
+				b.ReportMetric(100*mean[pl], string(pl)+"-hit%")
+			}
+		})
+	}
+}
+
+type placement string
+
+const (
+	placeHash          placement = "hash"
+	placeBound         placement = "bound"
+	placeLeastInflight placement = "least-inflight"
+)
+
+var placements = []placement{placeHash, placeBound, placeLeastInflight}
+
+const (
+	modelBlockTokens = 16
+	modelCacheBlocks = 4096
+	modelDecode      = 6 * time.Millisecond
+)
+
+// modelTTL is how long a binding outlives its conversation's last answer.
+var modelTTL = 300 * time.Second
+
+// replayHitRate plays convs over backends ids under pl and returns the
+// cached share of all prompt tokens.
+func replayHitRate(convs []Conversation, p Params, ids []string, pl placement) float64 {
+	cands := make([]discovery.Backend, len(ids))
+	caches := make([]*blockLRU, len(ids))
+	for i, id := range ids {
+		cands[i] = discovery.Backend{ID: id}
+		caches[i] = newBlockLRU(modelCacheBlocks)
+	}
+	index := func(id string) int {
+		for i := range ids {
+			if ids[i] == id {
+				return i
+			}
+		}
+		panic("unknown backend " + id)
+	}
+	inflight, live := make([]int, len(ids)), make([]int, len(ids))
+	opts := []balance.Option{balance.WithHashPlacement(balance.DefaultHashEpsilon)}
+	if pl == placeBound {
+		opts = append(opts, balance.WithBindingBound(balance.DefaultBindingEpsilon, func(want []string, n []int) {
+			for j, id := range want {
+				n[j] = live[index(id)]
+			}
+		}))
+	}
+	bal := balance.New(opts...)
+
+	on := make([]int, len(convs)) // each conversation's backend, -1 before its first turn
+	history := make([]int, len(convs))
+	var q events
+	for i, c := range convs {
+		on[i] = -1
+		heap.Push(&q, event{at: c.Start, conv: i})
+	}
+	var prompt, cached int
+	for q.Len() > 0 {
+		e := heap.Pop(&q).(event)
+		c, t := &convs[e.conv], convs[e.conv].Turns[e.turn]
+		if e.done {
+			inflight[on[e.conv]]--
+			history[e.conv] += t.AnswerTokens
+			if e.turn+1 < len(c.Turns) {
+				heap.Push(&q, event{at: e.at + t.Think, conv: e.conv, turn: e.turn + 1})
+			} else {
+				heap.Push(&q, event{at: e.at + modelTTL, conv: e.conv, turn: e.turn, expired: true})
+			}
+			continue
+		}
+		if e.expired {
+			live[on[e.conv]]--
+			continue
+		}
+		if on[e.conv] < 0 {
+			if pl == placeLeastInflight {
+				on[e.conv] = leastOf(inflight)
+			} else {
+				be, _ := bal.Place(session.StoreKey("bench", c.ID), cands, nil)
+				on[e.conv] = index(be.ID)
+			}
+			live[on[e.conv]]++
+		}
+		history[e.conv] += t.UserTokens
+		n := p.SystemTokens + history[e.conv]
+		prompt += n
+		cached += caches[on[e.conv]].prefix(e.conv, p.SystemTokens, n) * modelBlockTokens
+		inflight[on[e.conv]]++
+		heap.Push(&q, event{at: e.at + time.Duration(t.AnswerTokens)*modelDecode, conv: e.conv, turn: e.turn, done: true})
+	}
+	return float64(cached) / float64(prompt)
+}
+
+// leastOf is the first index of v's least value.
+func leastOf(v []int) int {
+	best := 0
+	for i := range v {
+		if v[i] < v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// event is a turn's start, with done its answer's end, with expired its
+// binding's expiry (a TTL after the last answer).
+type event struct {
+	at            time.Duration
+	conv, turn    int
+	done, expired bool
+}
+
+type events []event
+
+func (q events) Len() int           { return len(q) }
+func (q events) Less(i, j int) bool { return q[i].at < q[j].at }
+func (q events) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *events) Push(x any)        { *q = append(*q, x.(event)) }
+func (q *events) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// blockLRU is a prefix cache of whole blocks, least recently used out.
+// A block is the system prompt's (conv -1, shared by all) or one
+// conversation's.
+type blockLRU struct {
+	max    int
+	order  *list.List
+	blocks map[block]*list.Element
+}
+
+type block struct{ conv, i int }
+
+func newBlockLRU(max int) *blockLRU {
+	return &blockLRU{max: max, order: list.New(), blocks: map[block]*list.Element{}}
+}
+
+// prefix returns how many of the prompt's leading whole blocks conv's
+// prompt of n tokens (system tokens first) finds cached, then caches all
+// of them, as a model server does once the prompt is prefilled.
+func (c *blockLRU) prefix(conv, system, n int) int {
+	found, hit := 0, true
+	for i := range n / modelBlockTokens {
+		k := block{conv, i}
+		if (i+1)*modelBlockTokens <= system {
+			k.conv = -1
+		}
+		if el, ok := c.blocks[k]; ok {
+			c.order.MoveToFront(el)
+			if hit {
+				found++
+			}
+			continue
+		}
+		hit = false
+		c.blocks[k] = c.order.PushFront(k)
+		if c.order.Len() > c.max {
+			old := c.order.Back()
+			delete(c.blocks, old.Value.(block))
+			c.order.Remove(old)
+		}
+	}
+	return found
+}
