@@ -33,11 +33,11 @@ func WithHashPlacement(epsilon float64) Option {
 // The load bound sees requests in flight, and a replica with a few of them
 // rarely sees a backend busier than the rest; a hash spreads conversations
 // unevenly (a draw of a few dozen per backend), and the backend dealt the
-// most overflows its prefix cache first. A store that holds every binding
-// (gossip on every replica, memory on its one) knows how many live
-// sessions each backend carries, whichever replica placed them, so the
-// hash is bounded by that as well: a backend holding more than (1+ε) ×
-// the mean bindings, plus one, is passed over for the key's next choice.
+// most overflows its prefix cache first. The store knows how many live
+// sessions each backend carries (gossip: every replica's; memory: this
+// replica's; Redis: those this replica has seen), so the hash is bounded
+// by that as well: a backend holding more than (1+ε) × the mean bindings,
+// plus one, is passed over for the key's next choice.
 
 // DefaultBindingEpsilon is the bindings bound's ε when a pool does not set
 // it. It is tighter than the load bound's: bindings change slowly and

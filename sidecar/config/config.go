@@ -439,8 +439,8 @@ type Affinity struct {
 	// (1+ε) × the mean (plus one request) is passed over. nil is
 	// balance.DefaultHashEpsilon (0.25).
 	HashEpsilon *float64 `json:"hashEpsilon,omitempty"`
-	// BindingEpsilon bounds hashed placement by live sessions where the
-	// store counts them (memory, gossip): a backend holding more than
+	// BindingEpsilon bounds hashed placement by the live sessions the
+	// store counts (README "Placement"): a backend holding more than
 	// (1+ε) × the mean bindings (plus one) is passed over. nil is
 	// balance.DefaultBindingEpsilon (0.1).
 	BindingEpsilon *float64 `json:"bindingEpsilon,omitempty"`

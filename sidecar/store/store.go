@@ -80,9 +80,10 @@ type Counter interface {
 	Len() int
 }
 
-// BindingCounter is implemented by stores that hold every binding of the
-// pools they serve (memory on its replica, gossip on every replica), for
-// hashed placement's bound on the sessions a backend carries.
+// BindingCounter is implemented by stores that can count the bindings
+// naming each backend (memory and gossip: all they hold; redisstore: those
+// this replica has seen), for hashed placement's bound on the sessions a
+// backend carries.
 type BindingCounter interface {
 	// CountBindings sets n[i] to the number of bindings that name ids[i]
 	// as their pod or prefill pod. Expired bindings count until swept

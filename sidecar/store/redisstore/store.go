@@ -31,6 +31,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/store"
+	"github.com/tetherproxy/tether/sidecar/store/memory"
 )
 
 // ErrBreakerOpen is returned (wrapped) while the breaker refuses calls. It
@@ -100,6 +101,7 @@ type Store struct {
 	errLog  *rateLog
 	log     *slog.Logger
 	m       *metrics
+	seen    *memory.Store // the bindings this replica has seen (seen.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -160,6 +162,7 @@ func New(ctx context.Context, cfg *config.RedisStore, opts Options) (*Store, err
 		log:     log,
 		errLog:  &rateLog{log: log, interval: opts.LogInterval},
 		m:       m,
+		seen:    newSeen(),
 	}
 	s.br = newBreaker(opts.BreakerThreshold, opts.BreakerMinBackoff, opts.BreakerMaxBackoff, s.breakerChanged)
 	if pingErr != nil {
@@ -238,6 +241,7 @@ func (s *Store) Lookup(ctx context.Context, key string, ttl time.Duration) (stor
 	// PEXPIRE counted from when Redis ran it; start is no later, so the
 	// binding never outlives what we report.
 	b.ExpiresAt = start.Add(ms(ttl))
+	s.see(key, b, ttl)
 	return b, true, nil
 }
 
@@ -268,9 +272,15 @@ func (s *Store) Create(ctx context.Context, key string, b store.Binding, ttl tim
 	}
 	if created {
 		b.ExpiresAt = start.Add(ms(ttl))
+		s.see(key, b, ttl)
 		return b, nil
 	}
 	winner.ExpiresAt = expiry(start, pttl)
+	left := ttl // a binding without an expiry (another tool's) is seen for a TTL
+	if !winner.ExpiresAt.IsZero() {
+		left = time.Until(winner.ExpiresAt)
+	}
+	s.see(key, winner, left)
 	return winner, nil
 }
 
@@ -284,6 +294,9 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, old store.Bind
 		deleted = n == 1
 		return err
 	})
+	if deleted {
+		s.seen.CompareAndDelete(ctx, key, old)
+	}
 	return deleted, err
 }
 
@@ -328,6 +341,7 @@ func (s *Store) Close() error {
 			<-s.reconnected
 		}
 		s.closeErr = s.c.Close()
+		s.seen.Close()
 	})
 	return s.closeErr
 }
