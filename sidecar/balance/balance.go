@@ -28,6 +28,7 @@ type Balancer struct {
 	// bindings bounds hashed choices by live sessions as well (WithBindingBound).
 	bindings       BindingCounter
 	bindingEpsilon float64
+	passedOver     func(bound string) // WithPassedOver
 
 	// unanswered counts, per backend, the outstanding requests that have
 	// no response headers yet (Sent, Answered).

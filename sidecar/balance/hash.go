@@ -33,11 +33,15 @@ func WithHashPlacement(epsilon float64) Option {
 // The load bound sees requests in flight, and a replica with a few of them
 // rarely sees a backend busier than the rest; a hash spreads conversations
 // unevenly (a draw of a few dozen per backend), and the backend dealt the
-// most overflows its prefix cache first. The store knows how many live
-// sessions each backend carries (gossip: every replica's; memory: this
-// replica's; Redis: those this replica has seen), so the hash is bounded
-// by that as well: a backend holding more than (1+ε) × the mean bindings,
-// plus one, is passed over for the key's next choice.
+// most overflows its prefix cache first. A shared store knows how many
+// live sessions each backend carries (gossip: every replica's; Redis:
+// those this replica has seen), so the hash is bounded by that as well: a
+// backend holding more than (1+ε) × the mean bindings, plus one, is passed
+// over for the key's next choice. Replicas whose counts differ may then
+// propose different backends for a new session, which the shared store's
+// first-writer-wins settles; per-replica memory stores have nothing to
+// settle it, so their pools are not bounded by bindings (the server's
+// pool wiring decides).
 
 // DefaultBindingEpsilon is the bindings bound's ε when a pool does not set
 // it. It is tighter than the load bound's: bindings change slowly and
@@ -58,9 +62,22 @@ func WithBindingBound(epsilon float64, count BindingCounter) Option {
 }
 
 // Place chooses a backend for the session whose store key is key: by
-// rendezvous hashing with bounded loads when the balancer hashes and key
-// is set, else as Pick.
+// rendezvous hashing with bounded loads (and bindings, WithBindingBound)
+// when the balancer hashes and key is set, else as Pick.
 func (b *Balancer) Place(key string, cands []discovery.Backend, usable func(discovery.Backend) bool) (discovery.Backend, bool) {
+	return b.place(key, cands, usable, b.bindings)
+}
+
+// PlaceAgreed is Place without the bindings bound, for routing while the
+// store is down. Then nothing settles replicas' disagreements, and their
+// bindings counts differ most (Redis replicas count samples, frozen at the
+// outage's start), while the hash and the load bound, whose slack absorbs
+// light loads, give every replica the same answer for most keys.
+func (b *Balancer) PlaceAgreed(key string, cands []discovery.Backend, usable func(discovery.Backend) bool) (discovery.Backend, bool) {
+	return b.place(key, cands, usable, nil)
+}
+
+func (b *Balancer) place(key string, cands []discovery.Backend, usable func(discovery.Backend) bool, bindings BindingCounter) (discovery.Backend, bool) {
 	if !b.hash || key == "" {
 		return b.Pick(cands, usable)
 	}
@@ -86,12 +103,12 @@ func (b *Balancer) Place(key string, cands []discovery.Backend, usable func(disc
 	}
 	bound := (1+b.epsilon)*sum/float64(len(cs)) + NearEqual
 	heldBound := math.Inf(1)
-	if b.bindings != nil {
+	if bindings != nil {
 		ids, held := make([]string, len(cs)), make([]int, len(cs))
 		for j, c := range cs {
 			ids[j] = cands[c.i].ID
 		}
-		b.bindings(ids, held)
+		bindings(ids, held)
 		var total int
 		for j := range cs {
 			cs[j].held = held[j]
@@ -100,39 +117,78 @@ func (b *Balancer) Place(key string, cands []discovery.Backend, usable func(disc
 		heldBound = (1+b.bindingEpsilon)*float64(total)/float64(len(cs)) + NearEqual
 	}
 	slices.SortFunc(cs, func(x, y cand) int { return cmp.Compare(y.weight, x.weight) })
-	for _, c := range cs {
+	firstOverLoad := cs[0].load > bound
+	for j, c := range cs {
 		if c.load <= bound && float64(c.held) <= heldBound {
+			b.notePassedOver(j, firstOverLoad)
 			return cands[c.i], true
 		}
 	}
 	// The two bounds together can pass over every backend (the one with
 	// the fewest bindings may be the busiest now); load decides then.
-	for _, c := range cs {
+	for j, c := range cs {
 		if c.load <= bound {
+			b.notePassedOver(j, firstOverLoad)
 			return cands[c.i], true
 		}
 	}
 	// Only a negative epsilon (config refuses one) can put every backend,
 	// the least loaded included, above the bound.
+	b.notePassedOver(1, true)
 	return b.Pick(cands, usable)
+}
+
+// Bounds of hashed placement, as WithPassedOver reports them.
+const (
+	BoundLoad     = "load"     // requests in flight (WithHashPlacement's ε)
+	BoundBindings = "bindings" // live sessions (WithBindingBound)
+)
+
+// WithPassedOver has Place call f with the bound (BoundLoad or
+// BoundBindings) that passed over a key's first choice, once per placement
+// that did not go to it (for tether_placements_passed_over_total).
+func WithPassedOver(f func(bound string)) Option {
+	return func(b *Balancer) { b.passedOver = f }
+}
+
+// notePassedOver reports a placement that went to the key's choice j (0:
+// its first) to the WithPassedOver callback.
+func (b *Balancer) notePassedOver(j int, firstOverLoad bool) {
+	if j == 0 || b.passedOver == nil {
+		return
+	}
+	if firstOverLoad {
+		b.passedOver(BoundLoad)
+	} else {
+		b.passedOver(BoundBindings)
+	}
 }
 
 // PlacePair is PickPair with the decode backend, then the prefill backend
 // of its group, placed by key.
 func (b *Balancer) PlacePair(key string, decode, prefill []discovery.Backend, usable func(discovery.Backend) bool) (d, p discovery.Backend, ok bool) {
+	return b.placePair(key, decode, prefill, usable, b.bindings)
+}
+
+// PlacePairAgreed is PlacePair without the bindings bound (PlaceAgreed).
+func (b *Balancer) PlacePairAgreed(key string, decode, prefill []discovery.Backend, usable func(discovery.Backend) bool) (d, p discovery.Backend, ok bool) {
+	return b.placePair(key, decode, prefill, usable, nil)
+}
+
+func (b *Balancer) placePair(key string, decode, prefill []discovery.Backend, usable func(discovery.Backend) bool, bindings BindingCounter) (d, p discovery.Backend, ok bool) {
 	byGroup := make(map[string][]discovery.Backend)
 	for _, pb := range prefill {
 		if usable == nil || usable(pb) {
 			byGroup[pb.Group] = append(byGroup[pb.Group], pb)
 		}
 	}
-	d, ok = b.Place(key, decode, func(c discovery.Backend) bool {
+	d, ok = b.place(key, decode, func(c discovery.Backend) bool {
 		return len(byGroup[c.Group]) > 0 && (usable == nil || usable(c))
-	})
+	}, bindings)
 	if !ok {
 		return d, p, false
 	}
-	p, ok = b.Place(key, byGroup[d.Group], nil)
+	p, ok = b.place(key, byGroup[d.Group], nil, bindings)
 	return d, p, ok
 }
 

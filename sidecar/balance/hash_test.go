@@ -69,9 +69,14 @@ func TestPlaceSkipsABackendAboveTheBound(t *testing.T) {
 	for range 6 {
 		b.Acquire("a")
 	}
+	var passed []string
+	WithPassedOver(func(bound string) { passed = append(passed, bound) })(b)
 	got, _ := b.Place(key, cands, nil)
 	if got.ID == "a" {
 		t.Fatal("placed on a backend with 6 outstanding against a mean of 1.5")
+	}
+	if fmt.Sprint(passed) != "[load]" {
+		t.Fatalf("passed over reported %v, want one [load]", passed)
 	}
 	again, _ := b.Place(key, cands, nil)
 	if again.ID != got.ID {
@@ -98,7 +103,9 @@ func fixedBindings(m map[string]int) BindingCounter {
 func TestPlaceSkipsABackendHoldingTooManyBindings(t *testing.T) {
 	cands := backends("a", "b", "c", "d")
 	held := map[string]int{}
-	b := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, fixedBindings(held)))
+	var passed []string
+	b := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, fixedBindings(held)),
+		WithPassedOver(func(bound string) { passed = append(passed, bound) }))
 	var key string
 	for i := 0; ; i++ { // a key whose first choice is a
 		key = fmt.Sprint("k", i)
@@ -115,6 +122,13 @@ func TestPlaceSkipsABackendHoldingTooManyBindings(t *testing.T) {
 	got, _ := b.Place(key, cands, nil)
 	if got.ID == "a" {
 		t.Fatal("placed on a backend holding 13 bindings against a bound of 12")
+	}
+	if fmt.Sprint(passed) != "[bindings]" {
+		t.Fatalf("passed over reported %v, want one [bindings]", passed)
+	}
+	// While the store is down the bindings do not count.
+	if agreed, _ := b.PlaceAgreed(key, cands, nil); agreed.ID != "a" {
+		t.Fatalf("PlaceAgreed passed over a for its bindings, to %s", agreed.ID)
 	}
 	// The key's next choice, the same on every replica that counts alike.
 	other := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, fixedBindings(held)))

@@ -30,10 +30,13 @@ type Metrics struct {
 	Retries        *prometheus.CounterVec // pool, reason
 	// PlacementsDiverted counts placements the cost policy sent to
 	// another backend than the session key's.
-	PlacementsDiverted *prometheus.CounterVec   // pool
-	InFlight           *prometheus.GaugeVec     // pool
-	UpstreamLatency    *prometheus.HistogramVec // pool: until response headers
-	RequestDuration    *prometheus.HistogramVec // pool: whole request incl. streaming
+	PlacementsDiverted *prometheus.CounterVec // pool
+	// PlacementsPassedOver counts hashed placements whose key's first
+	// choice a bound passed over.
+	PlacementsPassedOver *prometheus.CounterVec   // pool, bound
+	InFlight             *prometheus.GaugeVec     // pool
+	UpstreamLatency      *prometheus.HistogramVec // pool: until response headers
+	RequestDuration      *prometheus.HistogramVec // pool: whole request incl. streaming
 	// Usage counts the prompt and cached tokens backends report.
 	Usage *usage.Metrics
 }
@@ -78,6 +81,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tether_placements_diverted_total",
 			Help: "Sessions placed (new, rebound or moved) on another backend than the one their key chose, because soft affinity's cost policy expected their first token sooner there (a shorter queue, or a backend whose requests are not late), by pool.",
 		}, []string{"pool"}),
+		PlacementsPassedOver: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_placements_passed_over_total",
+			Help: "Sessions placed (new or rebound) on another backend than their key's first choice because that backend was above a bound of hashed placement, by pool and bound (load: requests in flight; bindings: live sessions).",
+		}, []string{"pool", "bound"}),
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tether_requests_in_flight",
 			Help: "Requests being proxied now.",
@@ -94,7 +101,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"pool"}),
 	}
 	reg.MustRegister(m.Requests, m.ResponseBytes, m.Sessions, m.Rebinds, m.AffinityBroken, m.StoreFallbacks, m.Retries,
-		m.PlacementsDiverted, m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
+		m.PlacementsDiverted, m.PlacementsPassedOver, m.InFlight, m.UpstreamLatency, m.RequestDuration, buildinfo.Collector())
 	m.Usage = usage.NewMetrics(reg)
 	return m
 }

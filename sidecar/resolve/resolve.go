@@ -565,26 +565,32 @@ func (r *Resolver) pick(set *discovery.Set, d *Decision) (be, pf discovery.Backe
 			also := func(b discovery.Backend) bool {
 				return b.ID != avoid && !slices.Contains(d.tried, b.ID) && ok(b)
 			}
-			if be, pf, found := r.pickIf(set, d.pol.PD, "", also); found {
+			if be, pf, found := r.pickIf(set, d, "", also); found {
 				return r.sooner(set, d, be, also), pf, true
 			}
 		}
 	}
-	be, pf, ok = r.pickIf(set, d.pol.PD, d.storeKey, func(discovery.Backend) bool { return true })
+	be, pf, ok = r.pickIf(set, d, d.storeKey, func(discovery.Backend) bool { return true })
 	if ok {
 		be = r.sooner(set, d, be, nil)
 	}
 	return be, pf, ok
 }
 
-func (r *Resolver) pickIf(set *discovery.Set, pd bool, key string, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
+func (r *Resolver) pickIf(set *discovery.Set, d *Decision, key string, also func(discovery.Backend) bool) (be, pf discovery.Backend, ok bool) {
 	live := func(b discovery.Backend) bool { return !r.o.Outliers.Ejected(b.ID) && also(b) }
 	// By the session's store key, so replicas (and this one while the
 	// store is down) propose the same backend; without a key, by load.
-	if pd {
-		return r.o.Balancer.PlacePair(key, set.Backends, set.Prefill, live)
+	// While the store is down, without the bindings bound: replicas'
+	// counts differ, and no store settles what they disagree on.
+	place, placePair := r.o.Balancer.Place, r.o.Balancer.PlacePair
+	if d.StoreError {
+		place, placePair = r.o.Balancer.PlaceAgreed, r.o.Balancer.PlacePairAgreed
 	}
-	be, ok = r.o.Balancer.Place(key, set.Backends, live)
+	if d.pol.PD {
+		return placePair(key, set.Backends, set.Prefill, live)
+	}
+	be, ok = place(key, set.Backends, live)
 	return be, pf, ok
 }
 

@@ -304,6 +304,35 @@ func TestHashedPlacementAgreesWithoutTheStore(t *testing.T) {
 	}
 }
 
+// While the store is down a session goes to its key's first choice even
+// if that backend holds more than its share of bindings: replicas' counts
+// differ, and with no store to settle it they would scatter the session.
+// With the store up the bindings bound passes that backend over.
+func TestStoreDownPlacesWithoutTheBindingsBound(t *testing.T) {
+	src := newSource(be("a"), be("b"), be("c"), be("d"))
+	set := src.Current()
+	const key = "session-1"
+	first, _ := balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon)).Place(session.StoreKey("ns/pool", key), set.Backends, nil)
+	crowded := func(ids []string, n []int) {
+		for i, id := range ids {
+			n[i] = 0
+			if id == first.ID {
+				n[i] = 100
+			}
+		}
+	}
+	bounded := func(st store.Store) *fixture {
+		return newFixtureWith(t, st, src, false, balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon),
+			balance.WithBindingBound(balance.DefaultBindingEpsilon, crowded)))
+	}
+	if d := bounded(nil).resolve(t, key); d.Outcome != Miss || d.Backend.ID == first.ID {
+		t.Fatalf("with the store up: %s on %s, want a miss placed off %s (100 bindings against none)", d.Outcome, d.Backend.ID, first.ID)
+	}
+	if d := bounded(failingStore{}).resolve(t, key); !d.StoreError || d.Backend.ID != first.ID {
+		t.Fatalf("with the store down: routed to %s (store error %v), want the key's first choice %s", d.Backend.ID, d.StoreError, first.ID)
+	}
+}
+
 // racingStore plays a peer replica that commits its binding between this
 // replica's Lookup and Create.
 type racingStore struct {

@@ -3,19 +3,23 @@ package server_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	sessionkey "github.com/tetherproxy/tether/sidecar/session"
+	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 )
 
 // TestHashedPlacementIsBoundedByBindings: 40 new sessions whose keys all
 // hash first to one backend. Their requests come one at a time, so the
-// load bound never sees that backend busier than the rest; the store's
-// bindings do, and past its share (bindingEpsilon 0.1: 1.1 × the mean
-// plus one) the keys go to their next choice. With bindingEpsilon 10 the
-// bound is out of reach and the hash alone decides.
+// load bound never sees that backend busier than the rest. A shared store
+// counts its bindings, and past its share (bindingEpsilon 0.1: 1.1 × the
+// mean plus one) the keys go to their next choice. With bindingEpsilon 10
+// the bound is out of reach, and per-replica memory stores are never
+// bounded by bindings (their replicas agree by the hash alone): the hash
+// decides.
 func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 	bs := startBackends(t, 4)
 	ids := addrs(bs)
@@ -31,11 +35,15 @@ func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 			keys = append(keys, k)
 		}
 	}
-	place := func(t *testing.T, extra string) map[string]int {
-		sc := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, "")+extra)
+	// Each run its own Redis, so that no run finds another's bindings.
+	redis := func(t *testing.T) string {
+		return fmt.Sprintf("store: {backend: redis, redis: {address: %q}}", redistest.Start(t).Addr)
+	}
+	place := func(t *testing.T, storeCfg, pool string) (map[string]int, *sidecar) {
+		sc := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeCfg)+pool)
 		counts := map[string]int{}
+		first := map[string]string{}
 		for turn := 1; turn <= 2; turn++ {
-			first := map[string]string{}
 			for _, k := range keys {
 				r := chat(t, sc.url("default/m", "/v1/chat/completions"), conversation(turn), func(r *http.Request) {
 					r.Header.Set("X-Session-ID", k)
@@ -43,27 +51,45 @@ func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 				if turn == 1 {
 					counts[r.backend]++
 					first[k] = r.backend
-				} else if r.backend != first[k] && first[k] != "" {
+				} else if r.backend != first[k] {
 					t.Fatalf("session %s moved from %s to %s on its second turn", k, first[k], r.backend)
 				}
 			}
 		}
-		return counts
+		return counts, sc
 	}
-	t.Run("default bound", func(t *testing.T) {
-		counts := place(t, "")
-		// Before the n-th placement the bound is 1.1 × (n-1)/4 + 1, so
-		// sim-0 ends with at most 1.1 × 39/4 + 2 = 12.7 sessions.
-		if n := counts["sim-0"]; n > 12 || n < 9 {
-			t.Fatalf("sim-0, every key's first choice, got %d of 40 sessions (want 9 to 12, its bounded share): %v", n, counts)
-		}
-		if len(counts) != 4 {
-			t.Fatalf("the other keys did not spread over the other three backends: %v", counts)
-		}
-	})
-	t.Run("bound out of reach", func(t *testing.T) {
-		if counts := place(t, "    affinity: {bindingEpsilon: 10}\n"); counts["sim-0"] != 40 {
-			t.Fatalf("with bindingEpsilon 10 the hash alone decides, yet sim-0 got %v", counts)
-		}
-	})
+	// A ring of one: its table is every binding.
+	gossip := func(t *testing.T) string {
+		return fmt.Sprintf("store: {backend: gossip, gossip: {bind: %q, secretKeyFile: %q}}", freeAddr(t), gossipKeyFile(t))
+	}
+	for name, storeCfg := range map[string]func(*testing.T) string{"redis": redis, "gossip": gossip} {
+		t.Run(name, func(t *testing.T) {
+			counts, sc := place(t, storeCfg(t), "")
+			// Before the n-th placement the bound is 1.1 × (n-1)/4 + 1, so
+			// sim-0 ends with at most 1.1 × 39/4 + 2 = 12.7 sessions.
+			if n := counts["sim-0"]; n > 12 || n < 9 {
+				t.Fatalf("sim-0, every key's first choice, got %d of 40 sessions (want 9 to 12, its bounded share): %v", n, counts)
+			}
+			if len(counts) != 4 {
+				t.Fatalf("the other keys did not spread over the other three backends: %v", counts)
+			}
+			want := fmt.Sprintf(`tether_placements_passed_over_total{bound="bindings",pool="default/m"} %d`, 40-counts["sim-0"])
+			if _, m := get(t, sc.admin("/metrics")); !strings.Contains(m, want+"\n") {
+				t.Fatalf("metrics lack %q", want)
+			}
+		})
+	}
+	for name, c := range map[string]struct {
+		store func(*testing.T) string
+		pool  string
+	}{
+		"redis, bound out of reach": {redis, "    affinity: {bindingEpsilon: 10}\n"},
+		"memory":                    {func(*testing.T) string { return "" }, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if counts, _ := place(t, c.store(t), c.pool); counts["sim-0"] != 40 {
+				t.Fatalf("the hash alone decides, yet its first choice sim-0 got %v", counts)
+			}
+		})
+	}
 }

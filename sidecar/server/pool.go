@@ -114,8 +114,17 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 		if pc.Affinity.HashEpsilon != nil {
 			eps = *pc.Affinity.HashEpsilon
 		}
-		balOpts = append(balOpts, balance.WithHashPlacement(eps))
-		if counter, ok := sh.store.(store.BindingCounter); ok {
+		// Both children exist from the start, so a dashboard's rate is 0, not absent.
+		passedOver := map[string]prometheus.Counter{}
+		for _, bound := range []string{balance.BoundLoad, balance.BoundBindings} {
+			passedOver[bound] = sh.metrics.PlacementsPassedOver.WithLabelValues(pc.Name, bound)
+		}
+		balOpts = append(balOpts, balance.WithHashPlacement(eps),
+			balance.WithPassedOver(func(bound string) { passedOver[bound].Inc() }))
+		// Only a shared store's: its first-writer-wins settles what replicas
+		// whose counts differ propose. Replicas with memory stores agree by
+		// the hash alone, and their counts (each its own) would part them.
+		if counter, ok := sh.store.(store.BindingCounter); ok && s.cfg.Store.Backend != config.StoreMemory {
 			eps := balance.DefaultBindingEpsilon
 			if pc.Affinity.BindingEpsilon != nil {
 				eps = *pc.Affinity.BindingEpsilon

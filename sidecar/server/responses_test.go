@@ -144,12 +144,7 @@ func freeAddr(t *testing.T) string {
 func sharedStores(t *testing.T, kind string) (a, b string) {
 	switch kind {
 	case "gossip":
-		key := make([]byte, 32)
-		rand.Read(key)
-		keyFile := filepath.Join(t.TempDir(), "gossip.key")
-		if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		keyFile := gossipKeyFile(t)
 		ga, gb := freeAddr(t), freeAddr(t)
 		store := func(bind, join string) string {
 			return fmt.Sprintf("store:\n  backend: gossip\n  gossip: {bind: %q, join: [%q], secretKeyFile: %q}", bind, join, keyFile)
@@ -160,6 +155,17 @@ func sharedStores(t *testing.T, kind string) (a, b string) {
 		s := fmt.Sprintf("store:\n  backend: redis\n  redis: {address: %q}", rs.Addr)
 		return s, s
 	}
+}
+
+// gossipKeyFile writes a fresh gossip secret key and returns its path.
+func gossipKeyFile(t *testing.T) string {
+	key := make([]byte, 32)
+	rand.Read(key)
+	keyFile := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile
 }
 
 func simByID(bs []*backend, id string) *backend {

@@ -82,8 +82,10 @@ type Counter interface {
 
 // BindingCounter is implemented by stores that can count the bindings
 // naming each backend (memory and gossip: all they hold; redisstore: those
-// this replica has seen), for hashed placement's bound on the sessions a
-// backend carries.
+// this replica has seen, in a memory store). Hashed placement bounds the
+// sessions a backend carries by it where the store is shared (gossip,
+// Redis): replicas with per-replica memory stores agree by the hash alone,
+// and counts of their own would part them.
 type BindingCounter interface {
 	// CountBindings sets n[i] to the number of bindings that name ids[i]
 	// as their pod or prefill pod. Expired bindings count until swept

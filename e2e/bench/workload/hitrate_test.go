@@ -21,7 +21,7 @@ import (
 //   - hash: tether's hash with its load bound only (requests arriving one
 //     at a time never reach it), as before the bindings bound;
 //   - bound: the hash bounded by live bindings at the default ε, as the
-//     memory and gossip stores count them;
+//     gossip store counts them;
 //   - least-inflight: the backend with the fewest requests in flight,
 //     which is what the bench's oracle does.
 //
