@@ -117,25 +117,25 @@ func (b *Balancer) place(key string, cands []discovery.Backend, usable func(disc
 		heldBound = (1+b.bindingEpsilon)*float64(total)/float64(len(cs)) + NearEqual
 	}
 	slices.SortFunc(cs, func(x, y cand) int { return cmp.Compare(y.weight, x.weight) })
-	firstOverLoad := cs[0].load > bound
-	for j, c := range cs {
-		if c.load <= bound && float64(c.held) <= heldBound {
-			b.notePassedOver(j, firstOverLoad)
-			return cands[c.i], true
+	chosen := slices.IndexFunc(cs, func(c cand) bool { return c.load <= bound && float64(c.held) <= heldBound })
+	if chosen < 0 {
+		// The two bounds together can pass over every backend (the one
+		// with the fewest bindings may be the busiest now); load decides.
+		chosen = slices.IndexFunc(cs, func(c cand) bool { return c.load <= bound })
+	}
+	if chosen != 0 && b.passedOver != nil {
+		if cs[0].load > bound {
+			b.passedOver(BoundLoad)
+		} else {
+			b.passedOver(BoundBindings)
 		}
 	}
-	// The two bounds together can pass over every backend (the one with
-	// the fewest bindings may be the busiest now); load decides then.
-	for j, c := range cs {
-		if c.load <= bound {
-			b.notePassedOver(j, firstOverLoad)
-			return cands[c.i], true
-		}
+	if chosen < 0 {
+		// Only a negative epsilon (config refuses one) can put every
+		// backend, the least loaded included, above the bound.
+		return b.Pick(cands, usable)
 	}
-	// Only a negative epsilon (config refuses one) can put every backend,
-	// the least loaded included, above the bound.
-	b.notePassedOver(1, true)
-	return b.Pick(cands, usable)
+	return cands[cs[chosen].i], true
 }
 
 // Bounds of hashed placement, as WithPassedOver reports them.
@@ -149,19 +149,6 @@ const (
 // that did not go to it (for tether_placements_passed_over_total).
 func WithPassedOver(f func(bound string)) Option {
 	return func(b *Balancer) { b.passedOver = f }
-}
-
-// notePassedOver reports a placement that went to the key's choice j (0:
-// its first) to the WithPassedOver callback.
-func (b *Balancer) notePassedOver(j int, firstOverLoad bool) {
-	if j == 0 || b.passedOver == nil {
-		return
-	}
-	if firstOverLoad {
-		b.passedOver(BoundLoad)
-	} else {
-		b.passedOver(BoundBindings)
-	}
 }
 
 // PlacePair is PickPair with the decode backend, then the prefill backend
