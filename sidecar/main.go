@@ -56,6 +56,8 @@ func run() error {
 		time.Sleep(*sleep)
 		return nil
 	}
+	// Before anything starts: an exec replaces the process (sysmon.go).
+	awakeErr := keepSysmonAwake()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -80,7 +82,10 @@ func run() error {
 		return nil
 	}
 	runtime.GOMAXPROCS(maxProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)))
-	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1))
+	if awakeErr != nil {
+		log.Warn("go runtime: could not re-execute with GODEBUG="+sysmonGODEBUG+"; the runtime's monitor keeps Go's default deep sleep, which costs CPU per request", "error", awakeErr)
+	}
+	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1), "godebug", os.Getenv("GODEBUG"))
 	// The pod's identity, from the downward API; the only place that reads it.
 	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP"), LogLevel: levelVar}
 	if deps.PodName == "" {

@@ -7,6 +7,7 @@
 //	go run ./e2e/bench scale …                   section 3, the stores at scale
 //	go run ./e2e/bench affinity [-duration 30s]  affinity policies under cache pressure (make bench-affinity)
 //	go run ./e2e/bench router -policy P -listen A -backends B,…  one of section 2's routers as a process (section 1's Go ReverseProxy row)
+//	go run ./e2e/bench relay -listen A -backends B,…              a Go TCP relay, no HTTP (section 1's floor of a Go proxy)
 package main
 
 import (
@@ -37,6 +38,8 @@ func main() {
 		err = affinityMain(ctx, args)
 	case "router":
 		err = routerMain(ctx, args)
+	case "relay":
+		err = relayMain(ctx, args)
 	default:
 		usage()
 	}
@@ -54,6 +57,7 @@ func usage() {
   sticky    section 2: what stickiness is worth (policies × router replicas × backends)
   scale     section 3: the stores at scale (bytes per binding, lookups, convergence, join)
   affinity  round robin, hard, threshold and cost soft affinity, oracle, under cache pressure
-  router    serve one of section 2's routing policies (a Go net/http ReverseProxy) until stopped`)
+  router    serve one of section 2's routing policies (a Go net/http ReverseProxy) until stopped
+  relay     serve a Go TCP relay (each connection pinned to a backend, no HTTP) until stopped`)
 	os.Exit(2)
 }

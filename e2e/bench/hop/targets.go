@@ -7,6 +7,7 @@ package hop
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/tetherproxy/tether/e2e/bench/procs"
 )
@@ -28,10 +29,17 @@ const (
 	// (consistent hashing on the header): what any Go proxy pays for
 	// the hop before doing anything of its own.
 	GoProxy = "go-reverseproxy"
+	// GoRelay is a Go TCP relay (each client connection pinned to one
+	// backend, bytes copied both ways, no HTTP), run with the sidecar's
+	// runtime settings: the floor of a Go proxy on this machine, below
+	// which tether cannot go without leaving Go's goroutines and
+	// netpoller. Measured only when asked for.
+	GoRelay = "go-relay"
 )
 
 // AllProxies lists every proxy the section measures by default;
-// TetherBaseline, which needs another build, only when asked for.
+// TetherBaseline, which needs another build, and GoRelay, a reference
+// that is not a sticky proxy, only when asked for.
 var AllProxies = []string{Direct, HAProxy, Nginx, GoProxy, Tether, TetherNoLog, TetherRedis, TetherGossip}
 
 // Labels are the names the tables print.
@@ -45,7 +53,13 @@ var Labels = map[string]string{
 	TetherRedis:    "tether (Redis)",
 	TetherGossip:   "tether (gossip, 3 replicas)",
 	TetherBaseline: "tether (memory), baseline build",
+	GoRelay:        "Go TCP relay (no HTTP; floor)",
 }
+
+// SidecarGODEBUG is the runtime setting tether-sidecar re-executes itself
+// with (README "Threads"), given to the Go relay too so that its floor is
+// the sidecar's.
+const SidecarGODEBUG = "GODEBUG=schedtrace=2147483647"
 
 // target is where one proxy's load goes.
 type target struct {
@@ -83,6 +97,10 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		p, addr, err := env.GoRouter("go-reverseproxy", "consistent-hash", backends, o.SidecarEnv)
 		t.proc, t.url = p, "http://"+addr
 		return t, err
+	case GoRelay:
+		p, addr, err := env.GoRelay("go-relay", backends, append(slices.Clone(o.SidecarEnv), SidecarGODEBUG))
+		t.proc, t.url = p, "http://"+addr
+		return t, err
 	case Tether:
 		return t, side(procs.Sidecar{Name: "tether-memory"})
 	case TetherBaseline:
@@ -116,5 +134,5 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		}
 		return t, nil
 	}
-	return nil, fmt.Errorf("unknown proxy %q (want one of %v or %s)", name, AllProxies, TetherBaseline)
+	return nil, fmt.Errorf("unknown proxy %q (want one of %v, %s or %s)", name, AllProxies, TetherBaseline, GoRelay)
 }

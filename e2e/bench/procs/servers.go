@@ -127,6 +127,24 @@ func (e *Env) GoRouter(name, policy string, backends, env []string) (*Process, s
 	return p, addr, p.WaitTCP(addr, startTimeout)
 }
 
+// GoRelay starts this bench binary's relay command (a TCP relay, no
+// HTTP: the floor of a Go proxy) as a process of its own, with env added.
+func (e *Env) GoRelay(name string, backends, env []string) (*Process, string, error) {
+	addr, err := e.Addr()
+	if err != nil {
+		return nil, "", err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := e.StartEnv(name, self, env, "relay", "-listen", addr, "-backends", strings.Join(backends, ","))
+	if err != nil {
+		return nil, "", err
+	}
+	return p, addr, p.WaitTCP(addr, startTimeout)
+}
+
 // Nginx starts nginx (one worker) with consistent hashing on the
 // X-Session-ID header, upstream keep-alive, and response buffering off so
 // SSE events pass as they come.

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"syscall"
+)
+
+// The Go runtime's system monitor (sysmon) sleeps deeply whenever every P
+// is idle, and the next system call any goroutine makes wakes it with a
+// futex; it then polls every 20 µs until the process is idle again. A
+// sidecar at a steady 1,000 requests/s is idle between most requests, so
+// that is one cross-thread wake-up and several nanosleeps per request: a
+// perf profile under `bench hop` put sysmon and its wake-up at a fifth of
+// the sidecar's CPU. With GODEBUG's schedtrace set, sysmon never sleeps
+// deeply (so it can print the trace on time): it polls every 10 ms while
+// idle instead. The period chosen is the largest the runtime accepts
+// (2^31-1 ms, 24.8 days), so the trace itself is a line on stderr at most
+// once in that time (the runtime's clock counts from the node's boot, so a
+// node up longer than that prints one line at start). A fatal runtime
+// error also prints the scheduler's state before the stacks.
+
+// sysmonGODEBUG is what GODEBUG gains.
+const sysmonGODEBUG = "schedtrace=2147483647"
+
+// sysmonEnv returns environ with sysmonGODEBUG added to GODEBUG, and
+// whether that changed anything. It changes nothing when GODEBUG sets
+// schedtrace already: GODEBUG=schedtrace=0 keeps Go's default.
+func sysmonEnv(environ []string) ([]string, bool) {
+	for i, kv := range environ {
+		v, ok := strings.CutPrefix(kv, "GODEBUG=")
+		if !ok {
+			continue
+		}
+		for _, setting := range strings.Split(v, ",") {
+			if strings.HasPrefix(setting, "schedtrace=") {
+				return environ, false
+			}
+		}
+		out := append([]string(nil), environ...)
+		if v == "" {
+			out[i] = "GODEBUG=" + sysmonGODEBUG
+		} else {
+			out[i] = kv + "," + sysmonGODEBUG
+		}
+		return out, true
+	}
+	return append(append([]string(nil), environ...), "GODEBUG="+sysmonGODEBUG), true
+}
+
+// keepSysmonAwake re-executes this binary, same arguments and process id,
+// with sysmonEnv's environment: the runtime reads GODEBUG only when it
+// starts. It returns only if nothing needs changing (nil) or the exec
+// failed (the caller runs on with Go's default).
+func keepSysmonAwake() error {
+	env, changed := sysmonEnv(os.Environ())
+	if !changed {
+		return nil
+	}
+	// /proc/self/exe, not os.Args[0]: the binary that runs, even if its
+	// path was replaced or is not on PATH.
+	return syscall.Exec("/proc/self/exe", os.Args, env)
+}

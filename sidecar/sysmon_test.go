@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
+	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
+)
+
+// TestMain lets a test run this package's main as a process of its own:
+// the test binary with TETHER_SIDECAR_MAIN=1 is tether-sidecar.
+func TestMain(m *testing.M) {
+	if os.Getenv("TETHER_SIDECAR_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestSysmonEnv(t *testing.T) {
+	for _, c := range []struct {
+		in, want []string
+		changed  bool
+	}{
+		{[]string{"HOME=/"}, []string{"HOME=/", "GODEBUG=" + sysmonGODEBUG}, true},
+		{[]string{"GODEBUG="}, []string{"GODEBUG=" + sysmonGODEBUG}, true},
+		{[]string{"GODEBUG=gctrace=1", "A=b"}, []string{"GODEBUG=gctrace=1," + sysmonGODEBUG, "A=b"}, true},
+		// Set by the user, in any position: left as it is.
+		{[]string{"GODEBUG=schedtrace=0"}, []string{"GODEBUG=schedtrace=0"}, false},
+		{[]string{"GODEBUG=gctrace=1,schedtrace=1000"}, []string{"GODEBUG=gctrace=1,schedtrace=1000"}, false},
+		// Not a setting of GODEBUG's.
+		{[]string{"XGODEBUG=schedtrace=0"}, []string{"XGODEBUG=schedtrace=0", "GODEBUG=" + sysmonGODEBUG}, true},
+	} {
+		in := slices.Clone(c.in)
+		got, changed := sysmonEnv(in)
+		if !slices.Equal(got, c.want) || changed != c.changed {
+			t.Errorf("sysmonEnv(%q) = %q, %v; want %q, %v", c.in, got, changed, c.want, c.changed)
+		}
+		if !slices.Equal(in, c.in) {
+			t.Errorf("sysmonEnv(%q) changed its argument to %q", c.in, in)
+		}
+	}
+}
+
+// TestSidecarKeepsSysmonAwake runs the sidecar as a process: it re-executes
+// itself with the GODEBUG setting (same process id, serving), and leaves a
+// GODEBUG that sets schedtrace alone.
+func TestSidecarKeepsSysmonAwake(t *testing.T) {
+	for _, c := range []struct {
+		godebug, want string
+	}{
+		{"", sysmonGODEBUG},
+		{"gctrace=0", "gctrace=0," + sysmonGODEBUG},
+		{"schedtrace=0", "schedtrace=0"},
+	} {
+		t.Run(c.godebug, func(t *testing.T) {
+			env, log := startSidecar(t, c.godebug)
+			if got := env["GODEBUG"]; got != c.want {
+				t.Errorf("the serving process's GODEBUG = %q, want %q", got, c.want)
+			}
+			// Info lines are written in batches, within 100 ms.
+			want := fmt.Sprintf(`"godebug":%q`, c.want)
+			testkit.Eventually(t, 5*time.Second, "the log line "+want, func() bool {
+				return strings.Contains(log(), want)
+			})
+		})
+	}
+}
+
+// startSidecar runs main with a memory store and GODEBUG set to godebug
+// (unset if empty), waits until it is ready, and returns the environment
+// of the process serving under the started process id, and its log.
+func startSidecar(t *testing.T, godebug string) (map[string]string, func() string) {
+	t.Helper()
+	dir := t.TempDir()
+	var addrs [2]string
+	for i := range addrs {
+		port, err := freeport.Pick("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	cfg := fmt.Sprintf(`listen: %s
+admin: %s
+store: {backend: memory}
+pools:
+  - name: p
+    sessionSticky: {sources: [{type: Header, name: X-Session-ID}]}
+    backends: {static: ["127.0.0.1:1"]}
+`, addrs[0], addrs[1])
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "--config", path)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GODEBUG=")
+	}), "TETHER_SIDECAR_MAIN=1")
+	if godebug != "" {
+		cmd.Env = append(cmd.Env, "GODEBUG="+godebug)
+	}
+	var out testkit.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("sidecar exit: %v\n%s", err, out.String())
+		}
+	})
+	client := &http.Client{Timeout: time.Second}
+	testkit.Eventually(t, 20*time.Second, "the sidecar ready", func() bool {
+		resp, err := client.Get("http://" + addrs[1] + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, kv := range bytes.Split(raw, []byte{0}) {
+		if k, v, ok := strings.Cut(string(kv), "="); ok {
+			env[k] = v
+		}
+	}
+	return env, out.String
+}
