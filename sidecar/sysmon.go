@@ -57,7 +57,17 @@ func keepSysmonAwake() error {
 	if !changed {
 		return nil
 	}
-	// /proc/self/exe, not os.Args[0]: the binary that runs, even if its
-	// path was replaced or is not on PATH.
-	return syscall.Exec("/proc/self/exe", os.Args, env)
+	return syscall.Exec(selfPath(), os.Args, env)
+}
+
+// selfPath is the running binary's path: its real path (not os.Args[0],
+// which may be relative or only on PATH), so that the process keeps its
+// name (ps, pgrep and /proc/PID/comm take the path's last element), or
+// /proc/self/exe if that path no longer holds it.
+func selfPath() string {
+	path, err := os.Executable()
+	if err != nil || strings.HasSuffix(path, " (deleted)") {
+		return "/proc/self/exe"
+	}
+	return path
 }

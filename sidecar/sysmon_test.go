@@ -68,6 +68,10 @@ func TestSidecarKeepsSysmonAwake(t *testing.T) {
 			if got := env["GODEBUG"]; got != c.want {
 				t.Errorf("the serving process's GODEBUG = %q, want %q", got, c.want)
 			}
+			// The process keeps its name (the kernel's: 15 bytes at most).
+			if want := filepath.Base(os.Args[0]); env[commKey] != want[:min(len(want), 15)] {
+				t.Errorf("the serving process's name = %q, want %q", env[commKey], want)
+			}
 			// Info lines are written in batches, within 100 ms.
 			want := fmt.Sprintf(`"godebug":%q`, c.want)
 			testkit.Eventually(t, 5*time.Second, "the log line "+want, func() bool {
@@ -79,7 +83,8 @@ func TestSidecarKeepsSysmonAwake(t *testing.T) {
 
 // startSidecar runs main with a memory store and GODEBUG set to godebug
 // (unset if empty), waits until it is ready, and returns the environment
-// of the process serving under the started process id, and its log.
+// of the process serving under the started process id (and its name,
+// under commKey), and its log.
 func startSidecar(t *testing.T, godebug string) (map[string]string, func() string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -140,5 +145,13 @@ pools:
 			env[k] = v
 		}
 	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env[commKey] = strings.TrimSpace(string(comm))
 	return env, out.String
 }
+
+// commKey holds, in startSidecar's map, the process's name.
+const commKey = "/proc/PID/comm"

@@ -31,7 +31,7 @@ const (
 	GoProxy = "go-reverseproxy"
 	// GoRelay is a Go TCP relay (each client connection pinned to one
 	// backend, bytes copied both ways, no HTTP), run with the sidecar's
-	// runtime settings: the floor of a Go proxy on this machine, below
+	// runtime settings (as GoProxy): the floor of a Go proxy on this machine, below
 	// which tether cannot go without leaving Go's goroutines and
 	// netpoller. Measured only when asked for.
 	GoRelay = "go-relay"
@@ -94,7 +94,7 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case GoProxy:
-		p, addr, err := env.GoRouter("go-reverseproxy", "consistent-hash", backends, o.SidecarEnv)
+		p, addr, err := env.GoRouter("go-reverseproxy", "consistent-hash", backends, append(slices.Clone(o.SidecarEnv), SidecarGODEBUG))
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case GoRelay:
