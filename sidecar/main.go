@@ -28,6 +28,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/logbuf"
 	"github.com/tetherproxy/tether/sidecar/logjson"
 	"github.com/tetherproxy/tether/sidecar/server"
+	"github.com/tetherproxy/tether/sidecar/sysmon"
 )
 
 func main() {
@@ -56,8 +57,8 @@ func run() error {
 		time.Sleep(*sleep)
 		return nil
 	}
-	// Before anything starts: an exec replaces the process (sysmon.go).
-	awakeErr := keepSysmonAwake()
+	// Before anything starts: an exec replaces the process (package sysmon).
+	awakeErr := sysmon.KeepAwake()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -83,7 +84,7 @@ func run() error {
 	}
 	runtime.GOMAXPROCS(maxProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)))
 	if awakeErr != nil {
-		log.Warn("go runtime: could not re-execute with GODEBUG="+sysmonGODEBUG+"; the runtime's monitor keeps Go's default deep sleep, which costs CPU per request", "error", awakeErr)
+		log.Warn("go runtime: could not re-execute with GODEBUG="+sysmon.GODEBUG+"; the runtime's monitor keeps Go's default deep sleep, which costs CPU per request", "error", awakeErr)
 	}
 	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1), "godebug", os.Getenv("GODEBUG"))
 	// The pod's identity, from the downward API; the only place that reads it.

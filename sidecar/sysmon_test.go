@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherproxy/tether/sidecar/sysmon"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 	"github.com/tetherproxy/tether/sidecar/testkit/freeport"
 )
@@ -27,31 +28,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestSysmonEnv(t *testing.T) {
-	for _, c := range []struct {
-		in, want []string
-		changed  bool
-	}{
-		{[]string{"HOME=/"}, []string{"HOME=/", "GODEBUG=" + sysmonGODEBUG}, true},
-		{[]string{"GODEBUG="}, []string{"GODEBUG=" + sysmonGODEBUG}, true},
-		{[]string{"GODEBUG=gctrace=1", "A=b"}, []string{"GODEBUG=gctrace=1," + sysmonGODEBUG, "A=b"}, true},
-		// Set by the user, in any position: left as it is.
-		{[]string{"GODEBUG=schedtrace=0"}, []string{"GODEBUG=schedtrace=0"}, false},
-		{[]string{"GODEBUG=gctrace=1,schedtrace=1000"}, []string{"GODEBUG=gctrace=1,schedtrace=1000"}, false},
-		// Not a setting of GODEBUG's.
-		{[]string{"XGODEBUG=schedtrace=0"}, []string{"XGODEBUG=schedtrace=0", "GODEBUG=" + sysmonGODEBUG}, true},
-	} {
-		in := slices.Clone(c.in)
-		got, changed := sysmonEnv(in)
-		if !slices.Equal(got, c.want) || changed != c.changed {
-			t.Errorf("sysmonEnv(%q) = %q, %v; want %q, %v", c.in, got, changed, c.want, c.changed)
-		}
-		if !slices.Equal(in, c.in) {
-			t.Errorf("sysmonEnv(%q) changed its argument to %q", c.in, in)
-		}
-	}
-}
-
 // TestSidecarKeepsSysmonAwake runs the sidecar as a process: it re-executes
 // itself with the GODEBUG setting (same process id, serving), and leaves a
 // GODEBUG that sets schedtrace alone.
@@ -59,8 +35,8 @@ func TestSidecarKeepsSysmonAwake(t *testing.T) {
 	for _, c := range []struct {
 		godebug, want string
 	}{
-		{"", sysmonGODEBUG},
-		{"gctrace=0", "gctrace=0," + sysmonGODEBUG},
+		{"", sysmon.GODEBUG},
+		{"gctrace=0", "gctrace=0," + sysmon.GODEBUG},
 		{"schedtrace=0", "schedtrace=0"},
 	} {
 		t.Run(c.godebug, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherproxy/tether/e2e/bench/hop"
 	"github.com/tetherproxy/tether/e2e/bench/procs"
+	"github.com/tetherproxy/tether/sidecar/sysmon"
 )
 
 // hopFlags are section 1's parameters; `bench all` uses the same set.
@@ -24,6 +25,7 @@ type hopFlags struct {
 	sessions, backends    int
 	gomaxprocs            int
 	baseline              string
+	godebug               string
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
@@ -38,6 +40,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.IntVar(&h.sessions, "sessions", d.sessions, "distinct X-Session-ID values")
 	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")
 	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars (0: Go's default)")
+	fs.StringVar(&h.godebug, "godebug", d.godebug, "GODEBUG of the Go proxies (tether's sidecars, the Go ReverseProxy and relay); empty: the sidecar sets its own ("+sysmon.GODEBUG+", README \"Threads\") and the other two get the same; schedtrace=0: Go's default for all")
 	fs.StringVar(&h.baseline, "tether-baseline", d.baseline, "another tether-sidecar binary, measured beside tether as "+hop.TetherBaseline+" (a change's before and after in one run)")
 }
 
@@ -79,6 +82,7 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 	if h.gomaxprocs > 0 {
 		o.SidecarEnv = []string{fmt.Sprint("GOMAXPROCS=", h.gomaxprocs)}
 	}
+	o.GoDebug = h.godebug
 	return o, nil
 }
 

@@ -30,8 +30,13 @@ type Options struct {
 	MaxRate   bool
 	P99Limit  time.Duration
 	ProbeTime time.Duration // measured time of one search probe
-	// SidecarEnv is added to every tether-sidecar's environment.
+	// SidecarEnv is added to every tether-sidecar's environment, and the
+	// Go ReverseProxy's and relay's.
 	SidecarEnv []string
+	// GoDebug, if set, is the GODEBUG of every Go proxy. Unset, the
+	// sidecars set their own (sysmon.GODEBUG) and the other Go proxies
+	// are given the same.
+	GoDebug string
 	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
 	BaselineBinary string
 	// Step is called before every measurement (progress reporting).

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/tetherproxy/tether/e2e/bench/procs"
+	"github.com/tetherproxy/tether/sidecar/sysmon"
 )
 
 // Proxy names, in report order.
@@ -56,10 +57,20 @@ var Labels = map[string]string{
 	GoRelay:        "Go TCP relay (no HTTP; floor)",
 }
 
-// SidecarGODEBUG is the runtime setting tether-sidecar re-executes itself
-// with (README "Threads"), given to the Go relay too so that its floor is
-// the sidecar's.
-const SidecarGODEBUG = "GODEBUG=schedtrace=2147483647"
+// goEnv is the environment added to a Go proxy's: the sidecars' threads
+// and, for the Go proxies that are not tether, the GODEBUG a sidecar
+// re-executes itself with (README "Threads"), so that they run as it
+// does; Options.GoDebug, if set, for all.
+func (o *Options) goEnv(tether bool) []string {
+	env := slices.Clone(o.SidecarEnv)
+	switch {
+	case o.GoDebug != "":
+		env = append(env, "GODEBUG="+o.GoDebug)
+	case !tether:
+		env = append(env, "GODEBUG="+sysmon.GODEBUG)
+	}
+	return env
+}
 
 // target is where one proxy's load goes.
 type target struct {
@@ -75,7 +86,7 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 	t := &target{name: name}
 	var first *procs.Running
 	side := func(s procs.Sidecar) (err error) {
-		s.Backends, s.Env = backends, o.SidecarEnv
+		s.Backends, s.Env = backends, o.goEnv(true)
 		if first, err = env.Sidecar(s); err != nil {
 			return err
 		}
@@ -94,11 +105,11 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case GoProxy:
-		p, addr, err := env.GoRouter("go-reverseproxy", "consistent-hash", backends, append(slices.Clone(o.SidecarEnv), SidecarGODEBUG))
+		p, addr, err := env.GoRouter("go-reverseproxy", "consistent-hash", backends, o.goEnv(false))
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case GoRelay:
-		p, addr, err := env.GoRelay("go-relay", backends, append(slices.Clone(o.SidecarEnv), SidecarGODEBUG))
+		p, addr, err := env.GoRelay("go-relay", backends, o.goEnv(false))
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case Tether:
@@ -126,7 +137,7 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		seed := first.Gossip
 		for i := 1; i < 3; i++ {
 			r, err := env.Sidecar(procs.Sidecar{Name: fmt.Sprint("tether-gossip-", i), Store: "gossip",
-				GossipJoin: []string{seed}, Backends: backends, Env: o.SidecarEnv})
+				GossipJoin: []string{seed}, Backends: backends, Env: o.goEnv(true)})
 			if err != nil {
 				return nil, err
 			}

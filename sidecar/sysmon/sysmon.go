@@ -1,11 +1,6 @@
-package main
-
-import (
-	"os"
-	"strings"
-	"syscall"
-)
-
+// Package sysmon keeps the Go runtime's system monitor from sleeping
+// deeply, which costs a sidecar CPU on every request.
+//
 // The Go runtime's system monitor (sysmon) sleeps deeply whenever every P
 // is idle, and the next system call any goroutine makes wakes it with a
 // futex; it then polls every 20 µs until the process is idle again. A
@@ -19,14 +14,21 @@ import (
 // once in that time (the runtime's clock counts from the node's boot, so a
 // node up longer than that prints one line at start). A fatal runtime
 // error also prints the scheduler's state before the stacks.
+package sysmon
 
-// sysmonGODEBUG is what GODEBUG gains.
-const sysmonGODEBUG = "schedtrace=2147483647"
+import (
+	"os"
+	"strings"
+	"syscall"
+)
 
-// sysmonEnv returns environ with sysmonGODEBUG added to GODEBUG, and
-// whether that changed anything. It changes nothing when GODEBUG sets
+// GODEBUG is what the GODEBUG environment variable gains.
+const GODEBUG = "schedtrace=2147483647"
+
+// Env returns environ with the setting GODEBUG added to the GODEBUG
+// variable, and whether that changed anything. It changes nothing when GODEBUG sets
 // schedtrace already: GODEBUG=schedtrace=0 keeps Go's default.
-func sysmonEnv(environ []string) ([]string, bool) {
+func Env(environ []string) ([]string, bool) {
 	for i, kv := range environ {
 		v, ok := strings.CutPrefix(kv, "GODEBUG=")
 		if !ok {
@@ -39,21 +41,21 @@ func sysmonEnv(environ []string) ([]string, bool) {
 		}
 		out := append([]string(nil), environ...)
 		if v == "" {
-			out[i] = "GODEBUG=" + sysmonGODEBUG
+			out[i] = "GODEBUG=" + GODEBUG
 		} else {
-			out[i] = kv + "," + sysmonGODEBUG
+			out[i] = kv + "," + GODEBUG
 		}
 		return out, true
 	}
-	return append(append([]string(nil), environ...), "GODEBUG="+sysmonGODEBUG), true
+	return append(append([]string(nil), environ...), "GODEBUG="+GODEBUG), true
 }
 
-// keepSysmonAwake re-executes this binary, same arguments and process id,
-// with sysmonEnv's environment: the runtime reads GODEBUG only when it
+// KeepAwake re-executes this binary, same arguments and process id,
+// with Env's environment: the runtime reads GODEBUG only when it
 // starts. It returns only if nothing needs changing (nil) or the exec
 // failed (the caller runs on with Go's default).
-func keepSysmonAwake() error {
-	env, changed := sysmonEnv(os.Environ())
+func KeepAwake() error {
+	env, changed := Env(os.Environ())
 	if !changed {
 		return nil
 	}
