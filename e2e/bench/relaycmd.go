@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 )
 
 // relayMain serves a TCP relay until stopped: each client connection is
@@ -42,6 +43,12 @@ func relayMain(ctx context.Context, args []string) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			// Out of file descriptors, at an overloaded rate: wait for
+			// connections to end, as the sidecar does.
+			if ne, ok := err.(interface{ Temporary() bool }); ok && ne.Temporary() {
+				time.Sleep(10 * time.Millisecond)
+				continue
 			}
 			return err
 		}

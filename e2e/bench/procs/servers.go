@@ -112,24 +112,19 @@ backend be
 // with env added (the sidecars' GOMAXPROCS, so both Go proxies get the
 // same threads).
 func (e *Env) GoRouter(name, policy string, backends, env []string) (*Process, string, error) {
-	addr, err := e.Addr()
-	if err != nil {
-		return nil, "", err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, "", err
-	}
-	p, err := e.StartEnv(name, self, env, "router", "-policy", policy, "-listen", addr, "-backends", strings.Join(backends, ","))
-	if err != nil {
-		return nil, "", err
-	}
-	return p, addr, p.WaitTCP(addr, startTimeout)
+	return e.benchCommand(name, env, "router", backends, "-policy", policy)
 }
 
 // GoRelay starts this bench binary's relay command (a TCP relay, no
 // HTTP: the floor of a Go proxy) as a process of its own, with env added.
 func (e *Env) GoRelay(name string, backends, env []string) (*Process, string, error) {
+	return e.benchCommand(name, env, "relay", backends)
+}
+
+// benchCommand starts this bench binary's command cmd in front of
+// backends, on a fresh address, with env and args added, and waits until
+// it listens.
+func (e *Env) benchCommand(name string, env []string, cmd string, backends []string, args ...string) (*Process, string, error) {
 	addr, err := e.Addr()
 	if err != nil {
 		return nil, "", err
@@ -138,7 +133,8 @@ func (e *Env) GoRelay(name string, backends, env []string) (*Process, string, er
 	if err != nil {
 		return nil, "", err
 	}
-	p, err := e.StartEnv(name, self, env, "relay", "-listen", addr, "-backends", strings.Join(backends, ","))
+	args = append([]string{cmd, "-listen", addr, "-backends", strings.Join(backends, ",")}, args...)
+	p, err := e.StartEnv(name, self, env, args...)
 	if err != nil {
 		return nil, "", err
 	}
