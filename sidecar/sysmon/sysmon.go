@@ -26,8 +26,9 @@ import (
 const GODEBUG = "schedtrace=2147483647"
 
 // Env returns environ with the setting GODEBUG added to the GODEBUG
-// variable, and whether that changed anything. It changes nothing when GODEBUG sets
-// schedtrace already: GODEBUG=schedtrace=0 keeps Go's default.
+// variable, and whether that changed anything. It changes nothing when
+// GODEBUG sets schedtrace already: GODEBUG=schedtrace=0 keeps Go's
+// default.
 func Env(environ []string) ([]string, bool) {
 	for i, kv := range environ {
 		v, ok := strings.CutPrefix(kv, "GODEBUG=")

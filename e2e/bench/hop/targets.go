@@ -32,9 +32,9 @@ const (
 	GoProxy = "go-reverseproxy"
 	// GoRelay is a Go TCP relay (each client connection pinned to one
 	// backend, bytes copied both ways, no HTTP), run with the sidecar's
-	// runtime settings (as GoProxy): the floor of a Go proxy on this machine, below
-	// which tether cannot go without leaving Go's goroutines and
-	// netpoller. Measured only when asked for.
+	// runtime settings (as GoProxy): the floor of a Go proxy on this
+	// machine, below which tether cannot go without leaving Go's
+	// goroutines and netpoller. Measured only when asked for.
 	GoRelay = "go-relay"
 )
 
