@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/outlier"
@@ -34,12 +36,12 @@ const (
 )
 
 // exchange is one request, from its arrival to its access-log line: the
-// state ServeHTTP owns and finish accounts for, once. It is the
-// ResponseWriter the reverse proxy writes to (its recorder sees status,
-// bytes and the client's write errors), and the outbound request's
-// context carries it to the reverse proxy's hooks, which only read the
-// current decision (rewrite) and record what happened (modifyResponse,
-// proxyError). Whether to try again is decided in forward alone.
+// state ServeHTTP owns and finish accounts for, once. Each attempt
+// writes the response through it (its recorder sees status, bytes and the
+// client's write errors), and the outbound request's context carries it
+// to the transport (the attempt's first-byte timeout) and the trace's
+// hooks, which only record what happened. Whether to try again is
+// decided in forward alone.
 type exchange struct {
 	recorder
 	h     *Handler
@@ -60,7 +62,7 @@ type exchange struct {
 	pinned bool
 
 	// The current attempt.
-	sent   time.Time     // handed to the reverse proxy
+	sent   time.Time     // handed to the transport
 	header time.Duration // until the response headers; 0 without them
 	status int           // the backend's status; 0 without a response
 	conn   bool          // a connection to the backend was obtained
@@ -70,7 +72,7 @@ type exchange struct {
 	// usage reads the token usage the backend reports from its response
 	// body as it streams by (upBody.scan points here when it is read).
 	usage usage.Scanner
-	done  bool // the reverse proxy relayed the response to its end
+	done  bool // the response was relayed to its end
 
 	// unanswered: the current attempt is counted in the balancer's
 	// Unanswered (sent, no response headers yet).
@@ -88,6 +90,16 @@ type exchange struct {
 	nRetried int
 	// noRetry says why a retryable failure was not retried (no other backend).
 	noRetry error
+
+	// The outbound request's parts of its own (outbound): its URL and the
+	// X-Forwarded-For and -Host values it may set.
+	outURL   url.URL
+	xff, xfh [1]string
+	// informational guards the client's headers from a 1xx response a
+	// transport reports from its own goroutine (got1xx) after the round
+	// trip returned: roundTripping is set while one runs.
+	informational sync.Mutex
+	roundTripping bool
 
 	trace httptrace.ClientTrace
 	// clock is the first-byte timeout when the pool's transport cannot
@@ -111,10 +123,7 @@ type failedAttempt struct {
 
 type exchangeKey struct{}
 
-// exchangeOf returns the exchange an outbound request belongs to.
-func exchangeOf(r *http.Request) *exchange { return r.Context().Value(exchangeKey{}).(*exchange) }
-
-// upstreamBody is the backend's response body as the reverse proxy reads
+// upstreamBody is the backend's response body as the attempt reads
 // it; err is the first read error other than its end. scan, when set,
 // sees every byte read, before the client does.
 type upstreamBody struct {
@@ -151,6 +160,7 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 	p := x.pool
 	x.reqBytes = body
 	x.trace.GotConn = x.gotConn
+	x.trace.Got1xxResponse = x.got1xx
 	if p.bounded == nil {
 		x.clock.hook(&x.trace)
 	}
@@ -158,14 +168,14 @@ func (x *exchange) forward(d *resolve.Decision, body []byte) {
 	inflight := p.m.inFlight()
 	inflight.Inc()
 	defer inflight.Dec()
+	out, err := x.outbound(ctx, body)
 	for {
 		x.begin(d)
-		out := x.in.WithContext(ctx)
-		x.reqBody.Reset(body)
-		// The transport (package upstream) writes the headers and a body
-		// that fits its buffer in one syscall, whatever the reader.
-		out.Body, out.ContentLength, out.GetBody = io.NopCloser(&x.reqBody), int64(len(body)), x.rewind
-		p.rp.ServeHTTP(x, out)
+		if err != nil {
+			x.upErr = err // a request no backend may see
+		} else {
+			x.attempt(out)
+		}
 		x.answeredOrNot()
 		x.untimed(time.Time{})
 		if x.upErr == nil {
@@ -392,8 +402,8 @@ func (x *exchange) outcome() (string, error) {
 	case x.upBody.err != nil:
 		err = x.upBody.err
 	case x.d != nil && !x.done:
-		// The reverse proxy aborted the stream (http.ErrAbortHandler)
-		// without a read or write error of ours.
+		// The attempt aborted the stream (http.ErrAbortHandler) without
+		// a read or write error of ours.
 	default:
 		return Completed, nil
 	}

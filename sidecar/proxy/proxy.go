@@ -1,6 +1,7 @@
 // Package proxy forwards a request to the backend the resolver chose:
-// httputil.ReverseProxy with Rewrite, streaming flushed as it arrives,
-// client cancellation propagated. ServeHTTP owns each request's state (an
+// ReverseProxy's rules (hop-by-hop headers, X-Forwarded-*, trailers, 1xx
+// responses), streaming flushed as it arrives, client cancellation
+// propagated. ServeHTTP owns each request's state (an
 // exchange) and drives its attempts itself: one that failed before any
 // response byte may be retried on another backend (maxRetries). The
 // results feed the pool's outlier detection, the session tokens the
@@ -16,7 +17,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"os"
 	"sync"
 	"time"
@@ -65,8 +65,9 @@ type Pool struct {
 	// with the object. Pools of a shared listener are asked in order.
 	Serves func(model string) bool
 
-	m  poolMetrics
-	rp *httputil.ReverseProxy
+	m poolMetrics
+	// transport is Transport with each attempt's first-byte timeout.
+	transport http.RoundTripper
 	// bounded is the pool's transport when it bounds the wait for the
 	// response headers itself; nil: each request's exchange runs the
 	// first-byte clock (headerClock).
@@ -146,7 +147,7 @@ func New(o Options) *Handler {
 			base = http.DefaultTransport
 		}
 		p.bounded, _ = base.(headerTimeoutTransport)
-		p.rp = h.reverseProxy(firstByteTransport{base: base, pool: p})
+		p.transport = firstByteTransport{base: base, pool: p}
 		h.strip = append(h.strip, p.StripHeaders...)
 		for _, m := range p.Models {
 			h.byModel[m] = p
@@ -155,49 +156,9 @@ func New(o Options) *Handler {
 	return h
 }
 
-// reverseProxy returns the ReverseProxy of a pool: one round trip per
-// call, which ServeHTTP makes once per attempt.
-func (h *Handler) reverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite:        h.rewrite,
-		ModifyResponse: h.modifyResponse,
-		Transport:      t,
-		ErrorHandler:   h.proxyError,
-		// Responses of unknown length (SSE, chunked) are flushed on every
-		// write by ReverseProxy itself; fixed-length ones need no flushing.
-		FlushInterval: 0,
-		ErrorLog:      slog.NewLogLogger(h.o.AccessLog.Handler(), slog.LevelWarn),
-		// Without a pool ReverseProxy allocates a 32 KiB copy buffer per request.
-		BufferPool: bufferPool{},
-	}
-}
-
-type bufferPool struct{}
-
-// buffers holds the copy buffers, boxed: a sync.Pool keeps pointers and
-// ReverseProxy hands back slices, so the boxes go round a pool of their
-// own (holders) and neither Get nor Put allocates once warm.
+// buffers and holders are the response copy buffers and their boxes
+// (getBuffer).
 var buffers, holders sync.Pool
-
-func (bufferPool) Get() []byte {
-	h, ok := buffers.Get().(*[]byte)
-	if !ok {
-		return make([]byte, 32<<10)
-	}
-	b := *h
-	*h = nil
-	holders.Put(h)
-	return b
-}
-
-func (bufferPool) Put(b []byte) {
-	h, _ := holders.Get().(*[]byte)
-	if h == nil {
-		h = new([]byte)
-	}
-	*h = b
-	buffers.Put(h)
-}
 
 // firstBodyBuffer is the most a body buffer starts with: a prompt usually
 // fits, and a client that announces a large body and sends nothing holds
@@ -325,26 +286,6 @@ func (h *Handler) pool(body *reqbody.Body) (*Pool, int, string) {
 	return nil, http.StatusNotFound, fmt.Sprintf("model %q is not served on this listener", model)
 }
 
-// rewrite points the outbound request at the exchange's current
-// decision. Rewrite has already removed hop-by-hop and X-Forwarded-*
-// headers from Out: X-Forwarded-For is restored from the request and this
-// hop's client (the router) appended to it, as the README says;
-// X-Forwarded-Host and -Proto keep the router's values (they describe the
-// original request), or describe this hop when it sent none.
-func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
-	x := exchangeOf(pr.In)
-	in, out := pr.In.Header, pr.Out.Header
-	out["X-Forwarded-For"] = in["X-Forwarded-For"]
-	pr.SetXForwarded()
-	for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
-		if v := in[k]; len(v) > 0 {
-			out[k] = v
-		}
-	}
-	h.stripRouting(out)
-	target(pr.Out, x)
-}
-
 // stripRouting removes every routing header a client must not set, in
 // any spelling a backend might read as it: case-insensitively, and with
 // '_' for '-' (CGI-style servers and some proxies map x_session_token and
@@ -387,13 +328,12 @@ func sameHeaderName(a, b string) bool {
 	return true
 }
 
-// modifyResponse notes that the backend answered, watches the body it
-// streams (and, for a stored response, lets the resolver learn its id),
-// writes the session tokens of the decision that answered (after a
-// retry, the second one), replacing any a backend set, and adds its token
-// cookie beside the backend's own cookies.
-func (h *Handler) modifyResponse(resp *http.Response) error {
-	x := exchangeOf(resp.Request)
+// respond notes that the backend answered, watches the body it streams
+// (and, for a stored response, lets the resolver learn its id), writes
+// the session tokens of the decision that answered (after a retry, the
+// second one), replacing any a backend set, and adds its token cookie
+// beside the backend's own cookies.
+func (x *exchange) respond(resp *http.Response) {
 	x.answeredOrNot()
 	x.answered(resp)
 	for _, t := range x.d.Tokens {
@@ -403,7 +343,6 @@ func (h *Handler) modifyResponse(resp *http.Response) error {
 	for _, c := range x.d.Cookies {
 		resp.Header.Add("Set-Cookie", c)
 	}
-	return nil
 }
 
 // target aims out at x's current decision.
@@ -419,13 +358,6 @@ func target(out *http.Request, x *exchange) {
 	}
 }
 
-// proxyError is called instead of a response when the round trip failed.
-// It only records the error: ServeHTTP decides whether to retry or what
-// to answer.
-func (h *Handler) proxyError(w http.ResponseWriter, _ *http.Request, err error) {
-	w.(*exchange).upErr = err
-}
-
 // writeError answers in the OpenAI error shape routers already parse.
 func writeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
@@ -437,7 +369,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // recorder remembers the status and size of a response and whether
 // writing it to the client failed. Unwrap lets http.ResponseController
-// (which ReverseProxy uses to flush) reach the real writer.
+// reach the real writer.
 type recorder struct {
 	http.ResponseWriter
 	code  int
@@ -469,8 +401,8 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// FlushError flushes to the client; ReverseProxy flushes every event of
-// a stream through it.
+// FlushError flushes to the client; every event of a stream is flushed
+// through it.
 func (r *recorder) FlushError() error {
 	var err error
 	switch w := r.ResponseWriter.(type) {

@@ -131,7 +131,7 @@ func (c *headerClock) roundTrip(req *http.Request, d time.Duration, rt func(*htt
 	}
 	if err != nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		// An upgraded connection's body must stay the transport's own
-		// (ReverseProxy writes to it); the request's end releases ctx.
+		// (a proxy writes to it); the request's end releases ctx.
 		if err != nil {
 			cancel()
 		}
