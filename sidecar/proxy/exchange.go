@@ -435,7 +435,8 @@ func (x *exchange) report(outcome string) {
 // returns the balancer's count: once per request, however it ended.
 func (x *exchange) finish() {
 	x.unhold()
-	elapsed := x.h.o.Now().Sub(x.start)
+	now := x.h.o.Now()
+	elapsed := now.Sub(x.start)
 	outcome, err := x.outcome()
 	if x.status != 0 {
 		x.report(outcome)
@@ -500,7 +501,7 @@ func (x *exchange) finish() {
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
-	x.h.o.AccessLog.LogAttrs(x.in.Context(), slog.LevelInfo, "request", attrs...)
+	x.h.logAccess(x.in.Context(), now, attrs)
 	if x.pool == nil {
 		x.h.noPool.Inc(decision, code, outcome)
 		return
@@ -509,6 +510,20 @@ func (x *exchange) finish() {
 	m.requests.Inc(decision, code, outcome)
 	m.bytes().Add(float64(x.bytes))
 	m.duration().Observe(elapsed.Seconds())
+}
+
+// logAccess writes the access line: Logger.LogAttrs without the call
+// stack walk it makes for every record (runtime.Callers, for a source
+// position no access line prints), a percent of the sidecar's CPU per
+// request in a perf profile.
+func (h *Handler) logAccess(ctx context.Context, now time.Time, attrs []slog.Attr) {
+	lh := h.o.AccessLog.Handler()
+	if !lh.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	r := slog.NewRecord(now, slog.LevelInfo, "request", 0)
+	r.AddAttrs(attrs...)
+	_ = lh.Handle(ctx, r)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
