@@ -189,7 +189,8 @@ FUZZ_TARGETS := \
   FuzzInject:./injector/manifest FuzzRequestMeta:./sidecar/proxy FuzzVerify:./sidecar/token FuzzKeyOf:./sidecar/store/internal/table \
   FuzzScan:./sidecar/jsonscan FuzzScanner:./sidecar/usage FuzzWatch:./sidecar/responses FuzzBodySource:./sidecar/session \
   FuzzTokenExtract:./sidecar/session FuzzParse:./sidecar/modelserver FuzzSameAsJSONHandler:./sidecar/logjson \
-  FuzzResponse:./sidecar/upstream FuzzFastCounts:./sidecar/usage FuzzConnection:./sidecar/downstream
+  FuzzResponse:./sidecar/upstream FuzzFastCounts:./sidecar/usage FuzzConnection:./sidecar/downstream \
+  FuzzWriteRequest:./sidecar/upstream FuzzCleanQuery:./sidecar/proxy
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} ($${t#*:}) for $(FUZZTIME)"; \

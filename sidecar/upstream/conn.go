@@ -73,7 +73,10 @@ func (c *conn) abort() {
 // headerTimeout after the request is written when that is positive.
 func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrace.ClientTrace, headerTimeout time.Duration) (*http.Response, error) {
 	stop := context.AfterFunc(ctx, c.abortFn)
-	err := req.Write(oneWrite{c.bw}) // calls trace.WroteRequest; closes req.Body
+	handled, err := writeRequest(c.bw, req, trace) // calls trace.WroteRequest; closes req.Body
+	if !handled {
+		err = req.Write(oneWrite{c.bw}) // the same
+	}
 	if err == nil {
 		err = c.bw.Flush()
 	}

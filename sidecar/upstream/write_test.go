@@ -1,0 +1,120 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// viaStdlib is what Request.Write writes for req, as roundTrip calls it.
+func viaStdlib(req *http.Request) (string, error) {
+	var b bytes.Buffer
+	bw := bufio.NewWriter(&b)
+	err := req.Write(oneWrite{bw})
+	bw.Flush()
+	return b.String(), err
+}
+
+// viaFast is what writeRequest writes, and whether it wrote at all.
+func viaFast(req *http.Request, trace *httptrace.ClientTrace) (string, bool, error) {
+	var b bytes.Buffer
+	bw := bufio.NewWriterSize(&b, 64) // small: the body crosses buffer flushes
+	handled, err := writeRequest(bw, req, trace)
+	bw.Flush()
+	return b.String(), handled, err
+}
+
+// fuzzRequest builds a request from the fuzzer's values, twice (a
+// request's body is read once).
+func fuzzRequest(method, host, target, k1, v1, k2, v2, ua string, uaSet bool, body string, declared int64, bodyNil bool) (*http.Request, *http.Request, bool) {
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		return nil, nil, false
+	}
+	make1 := func() *http.Request {
+		uc := *u
+		uc.Scheme, uc.Host = "http", host
+		r := &http.Request{Method: method, URL: &uc, Host: host, Header: http.Header{}, ContentLength: declared}
+		r.Header[k1] = append(r.Header[k1], v1)
+		r.Header[k2] = append(r.Header[k2], v2)
+		if uaSet {
+			r.Header["User-Agent"] = []string{ua}
+		}
+		if !bodyNil {
+			r.Body = io.NopCloser(strings.NewReader(body))
+		}
+		return r
+	}
+	return make1(), make1(), true
+}
+
+func FuzzWriteRequest(f *testing.F) {
+	f.Add("POST", "10.0.0.1:8000", "/v1/completions?x=1", "X-Session-Id", "abc", "Accept", "a, b", "", false, `{"prompt":"hi"}`, int64(15), false)
+	f.Add("GET", "backend:80", "/v1/models", "X-A", " spaced \t", "x-lower", "v", "router/1", true, "", int64(0), true)
+	f.Add("DELETE", "h", "/a%2Fb/c%20d", "Bad Name", "v", "X-B", "line\r\nbreak", "", true, "", int64(0), true)
+	f.Add("PUT", "h:1", "/", "Content-Length", "99", "Transfer-Encoding", "chunked", "ua\nx", true, "short", int64(9), false)
+	f.Add("PATCH", "bad host/x", "/", "Host", "other", "Trailer", "X", "", false, "longer than said", int64(4), false)
+	f.Add("OPTIONS", "ünï:80", "*", "X-C", "é", "X-C", "2", "", false, "", int64(0), true)
+	f.Fuzz(func(t *testing.T, method, host, target, k1, v1, k2, v2, ua string, uaSet bool, body string, declared int64, bodyNil bool) {
+		a, b, ok := fuzzRequest(method, host, target, k1, v1, k2, v2, ua, uaSet, body, declared, bodyNil)
+		if !ok {
+			return
+		}
+		var wrote []error
+		trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) { wrote = append(wrote, i.Err) }}
+		fast, handled, ferr := viaFast(a, trace)
+		if !handled {
+			if fast != "" || len(wrote) != 0 {
+				t.Fatalf("not handled, yet wrote %q (WroteRequest %d times)", fast, len(wrote))
+			}
+			return
+		}
+		std, serr := viaStdlib(b)
+		if (ferr == nil) != (serr == nil) || ferr != nil && ferr.Error() != serr.Error() {
+			t.Fatalf("errors differ: %v, Request.Write: %v", ferr, serr)
+		}
+		if serr == nil && fast != std {
+			t.Fatalf("wrote\n%q\nRequest.Write wrote\n%q", fast, std)
+		}
+		if len(wrote) != 1 || !errors.Is(wrote[0], ferr) {
+			t.Fatalf("WroteRequest calls %v, want one with %v", wrote, ferr)
+		}
+	})
+}
+
+// TestWriteRequestTakesAProxysRequests: the requests the sidecar sends
+// take the fast path; the others are left to Request.Write.
+func TestWriteRequestTakesAProxysRequests(t *testing.T) {
+	mk := func(f func(r *http.Request)) *http.Request {
+		r, _ := http.NewRequest("POST", "http://10.0.0.1:8000/v1/chat/completions", strings.NewReader("{}"))
+		r.Header.Set("User-Agent", "")
+		f(r)
+		return r
+	}
+	for name, c := range map[string]struct {
+		req  *http.Request
+		fast bool
+	}{
+		"a proxied POST":      {mk(func(*http.Request) {}), true},
+		"no body":             {mk(func(r *http.Request) { r.Body, r.ContentLength = nil, 0 }), true},
+		"chunked":             {mk(func(r *http.Request) { r.ContentLength = -1 }), false},
+		"trailers":            {mk(func(r *http.Request) { r.Trailer = http.Header{"X": nil} }), false},
+		"close":               {mk(func(r *http.Request) { r.Close = true }), false},
+		"IPv6 host":           {mk(func(r *http.Request) { r.Host = "[fe80::1%25eth0]:80" }), false},
+		"unknown-length body": {mk(func(r *http.Request) { r.ContentLength = 0 }), false},
+	} {
+		got, handled, err := viaFast(c.req, nil)
+		if handled != c.fast || err != nil {
+			t.Errorf("%s: handled %v (err %v), want %v", name, handled, err, c.fast)
+		}
+		if handled && !strings.HasPrefix(got, "POST /v1/chat/completions HTTP/1.1\r\nHost: 10.0.0.1:8000\r\n") {
+			t.Errorf("%s: wrote %q", name, got)
+		}
+	}
+}
