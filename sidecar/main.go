@@ -29,6 +29,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/logjson"
 	"github.com/tetherproxy/tether/sidecar/server"
 	"github.com/tetherproxy/tether/sidecar/sysmon"
+	"github.com/tetherproxy/tether/sidecar/threads"
 )
 
 func main() {
@@ -86,7 +87,9 @@ func run() error {
 	if awakeErr != nil {
 		log.Warn("go runtime: could not re-execute with GODEBUG="+sysmon.GODEBUG+"; the runtime's monitor keeps Go's default deep sleep, which costs CPU per request", "error", awakeErr)
 	}
-	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit", debug.SetMemoryLimit(-1), "godebug", os.Getenv("GODEBUG"))
+	// Unless GOMAXPROCS is set, one thread while one keeps up (package threads).
+	adaptive := os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > 1
+	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "adaptive", adaptive, "gomemlimit", debug.SetMemoryLimit(-1), "godebug", os.Getenv("GODEBUG"))
 	// The pod's identity, from the downward API; the only place that reads it.
 	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP"), LogLevel: levelVar}
 	if deps.PodName == "" {
@@ -110,6 +113,9 @@ func run() error {
 	}
 	if err := srv.Listen(); err != nil {
 		return err
+	}
+	if adaptive {
+		go threads.Run(ctx, threads.Options{Max: runtime.GOMAXPROCS(0), Registerer: srv.Registry(), Log: log})
 	}
 	return srv.Run(ctx)
 }

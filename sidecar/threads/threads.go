@@ -1,0 +1,189 @@
+// Package threads runs the sidecar's Go code on one thread while one
+// keeps up, and on its full count (GOMAXPROCS, two by default) while the
+// load needs more.
+//
+// Why: at a steady load a sidecar is idle between most requests, and
+// with a second P every request that wakes one thread also wakes the
+// other to look for work (a futex wake, a spin through the scheduler, an
+// epoll_wait, a futex sleep), which measured 13–18% of its CPU per
+// request at 1,000–2,000 requests/s (README "Threads"). One thread cannot
+// absorb a burst, though: at 4,000 requests/s it fell seconds behind
+// where two kept a 9 ms p99. So the controller watches the process's CPU
+// time every tick: on one thread, a tick that used Up of a core or more
+// brings the full count back at once (a burst waits one tick at most);
+// on the full count, a window of DownAfter that averaged under Down of a
+// core returns to one. The gap between the two thresholds (and the
+// window) keeps it from flapping.
+package threads
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Options.
+const (
+	DefaultTick      = 10 * time.Millisecond
+	DefaultUp        = 0.6
+	DefaultDown      = 0.3
+	DefaultDownAfter = time.Second
+)
+
+// Options configure Run. Zero values take the defaults.
+type Options struct {
+	// Max is the thread count under load (GOMAXPROCS as the sidecar
+	// starts); below 2 there is nothing to adapt and Run returns.
+	Max int
+	// Tick is how often the process's CPU time is read.
+	Tick time.Duration
+	// Up is the share of one core, used within one tick on one thread,
+	// that brings Max threads back.
+	Up float64
+	// Down is the share of one core, averaged over DownAfter on Max
+	// threads, under which the sidecar returns to one thread.
+	Down      float64
+	DownAfter time.Duration
+
+	// CPU returns the process's CPU time so far (ProcessCPU); Set sets
+	// the thread count (runtime.GOMAXPROCS). Tests replace them.
+	CPU func() time.Duration
+	Set func(n int)
+
+	// Registerer takes tether_gomaxprocs and
+	// tether_gomaxprocs_changes_total; nil registers nothing.
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Tick <= 0 {
+		o.Tick = DefaultTick
+	}
+	if o.Up <= 0 {
+		o.Up = DefaultUp
+	}
+	if o.Down <= 0 {
+		o.Down = DefaultDown
+	}
+	if o.DownAfter <= 0 {
+		o.DownAfter = DefaultDownAfter
+	}
+	if o.CPU == nil {
+		o.CPU = ProcessCPU
+	}
+	if o.Set == nil {
+		o.Set = func(n int) { runtime.GOMAXPROCS(n) }
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// ProcessCPU is the CPU time (user and system) the process has used.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Run adapts the thread count until ctx ends, then leaves Max threads.
+// It starts on one thread.
+func Run(ctx context.Context, o Options) {
+	if o.Max < 2 {
+		return
+	}
+	o.defaults()
+	procs := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tether_gomaxprocs",
+		Help: "Threads running the sidecar's Go code now (GOMAXPROCS): 1 while one keeps up, the full count while the load needs more.",
+	})
+	changes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_gomaxprocs_changes_total",
+		Help: "Changes of the sidecar's thread count, by direction (up: load came; down: it went).",
+	}, []string{"direction"})
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(procs, changes)
+	}
+	c := NewController(o)
+	set := func(n int) {
+		o.Set(n)
+		procs.Set(float64(n))
+	}
+	set(c.Procs())
+	defer set(o.Max)
+	t := time.NewTicker(o.Tick)
+	defer t.Stop()
+	last, lastAt := o.CPU(), time.Now()
+	for {
+		var at time.Time
+		select {
+		case <-ctx.Done():
+			return
+		case at = <-t.C:
+		}
+		now := o.CPU()
+		if n, changed := c.Observe(now-last, at.Sub(lastAt)); changed {
+			set(n)
+			dir := "down"
+			if n > 1 {
+				dir = "up"
+			}
+			changes.WithLabelValues(dir).Inc()
+			o.Log.Debug("go runtime: thread count changed", "gomaxprocs", n)
+		}
+		last, lastAt = now, at
+	}
+}
+
+// Controller decides the thread count from the CPU time each tick used.
+type Controller struct {
+	o     Options
+	procs int
+	// On Max threads: the CPU time used and the time passed in the
+	// current window.
+	used, passed time.Duration
+}
+
+// NewController starts on one thread.
+func NewController(o Options) *Controller {
+	o.defaults()
+	return &Controller{o: o, procs: 1}
+}
+
+// Procs is the thread count decided.
+func (c *Controller) Procs() int { return c.procs }
+
+// Observe takes the CPU time used in the time passed since the last
+// call (a tick, or longer when the ticker fell behind) and returns the
+// thread count, and whether it changed.
+func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
+	if passed <= 0 {
+		return c.procs, false
+	}
+	if c.procs == 1 {
+		if float64(used) >= c.o.Up*float64(passed) {
+			c.procs, c.used, c.passed = c.o.Max, 0, 0
+			return c.procs, true
+		}
+		return 1, false
+	}
+	c.used += used
+	c.passed += passed
+	if c.passed < c.o.DownAfter {
+		return c.procs, false
+	}
+	quiet := float64(c.used) < c.o.Down*float64(c.passed)
+	c.used, c.passed = 0, 0
+	if quiet {
+		c.procs = 1
+		return 1, true
+	}
+	return c.procs, false
+}

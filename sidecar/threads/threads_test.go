@@ -1,0 +1,155 @@
+package threads
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const tick = 10 * time.Millisecond
+
+// load is a share of one core over one tick.
+func load(share float64) time.Duration { return time.Duration(share * float64(tick)) }
+
+func TestControllerFollowsTheLoad(t *testing.T) {
+	c := NewController(Options{Max: 2, Tick: tick})
+	if c.Procs() != 1 {
+		t.Fatalf("starts on %d threads, want 1", c.Procs())
+	}
+	// Light load stays on one thread, however long.
+	for range 500 {
+		if n, changed := c.Observe(load(0.5), tick); changed || n != 1 {
+			t.Fatalf("at 0.5 of a core: %d threads (changed %v), want 1", n, changed)
+		}
+	}
+	// One busy tick brings both threads back at once.
+	if n, changed := c.Observe(load(0.6), tick); !changed || n != 2 {
+		t.Fatalf("at 0.6 of a core: %d threads (changed %v), want 2", n, changed)
+	}
+	// Between the thresholds it stays on two, window after window.
+	for range 300 {
+		if n, changed := c.Observe(load(0.35), tick); changed || n != 2 {
+			t.Fatalf("at 0.35 of a core: %d threads (changed %v), want 2", n, changed)
+		}
+	}
+	// A quiet second returns to one, not before it ends.
+	for i := range 100 {
+		n, changed := c.Observe(load(0.1), tick)
+		if i < 99 && (changed || n != 2) {
+			t.Fatalf("tick %d of a quiet second: %d threads (changed %v)", i, n, changed)
+		}
+		if i == 99 && (!changed || n != 1) {
+			t.Fatalf("after a quiet second: %d threads (changed %v), want 1", n, changed)
+		}
+	}
+}
+
+// A quiet window counts only once it is over: a burst inside it keeps
+// both threads.
+func TestControllerAveragesTheWindow(t *testing.T) {
+	c := NewController(Options{Max: 4, Tick: tick})
+	c.Observe(load(1), tick)
+	for i := range 100 {
+		used := load(0.1)
+		if i == 50 {
+			used = load(30) // 300 ms of CPU within one tick on four threads
+		}
+		if n, _ := c.Observe(used, tick); n != 4 {
+			t.Fatalf("tick %d: %d threads, want 4", i, n)
+		}
+	}
+}
+
+// A tick the ticker delivered late is judged by the time that passed.
+func TestControllerUsesTheTimePassed(t *testing.T) {
+	c := NewController(Options{Max: 2, Tick: tick})
+	if n, _ := c.Observe(8*time.Millisecond, 20*time.Millisecond); n != 1 {
+		t.Fatalf("0.4 of a core over a late tick: %d threads, want 1", n)
+	}
+	if n, _ := c.Observe(0, 0); n != 1 {
+		t.Fatalf("no time passed: %d threads", n)
+	}
+}
+
+// TestRunAdaptsTheRuntime runs the controller on the real runtime: a
+// goroutine that burns a core brings GOMAXPROCS to Max, and when it stops
+// the count returns to one; the gauge follows, and the end restores Max.
+func TestRunAdaptsTheRuntime(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Options{Max: 2, Registerer: reg, DownAfter: 200 * time.Millisecond})
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 10s (GOMAXPROCS %d)", what, runtime.GOMAXPROCS(0))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	gauge := func() float64 { return value(t, reg, "tether_gomaxprocs") }
+	waitFor("start on one thread", func() bool { return runtime.GOMAXPROCS(0) == 1 && gauge() == 1 })
+
+	var stop atomic.Bool
+	burned := make(chan struct{})
+	go func() {
+		defer close(burned)
+		for !stop.Load() {
+			for i := 0; i < 1e5; i++ {
+				_ = i * i
+			}
+		}
+	}()
+	waitFor("two threads under load", func() bool { return runtime.GOMAXPROCS(0) == 2 && gauge() == 2 })
+	stop.Store(true)
+	<-burned
+	waitFor("one thread once the load went", func() bool { return runtime.GOMAXPROCS(0) == 1 })
+
+	cancel()
+	<-done
+	if n := runtime.GOMAXPROCS(0); n != 2 {
+		t.Fatalf("after Run: GOMAXPROCS %d, want Max (2)", n)
+	}
+	if n := value(t, reg, "tether_gomaxprocs_changes_total"); n < 2 {
+		t.Fatalf("%v thread count changes counted, want at least 2 (up, down)", n)
+	}
+}
+
+// value is the sum of a metric family's values in reg (0 without it).
+func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func TestRunWithOneThreadDoesNothing(t *testing.T) {
+	set := 0
+	Run(context.Background(), Options{Max: 1, Set: func(int) { set++ }})
+	if set != 0 {
+		t.Fatalf("set the thread count %d times with Max 1", set)
+	}
+}
