@@ -291,11 +291,14 @@ func (x *exchange) copyBody(resp *http.Response) error {
 
 // isEventStream reports whether a Content-Type is text/event-stream, any
 // case, parameters ignored.
-func isEventStream(ct string) bool {
+func isEventStream(ct string) bool { return mediaType(ct) == "text/event-stream" }
+
+// mediaType is a Content-Type without its parameters, lowercase.
+func mediaType(ct string) string {
 	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
-	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
+	return strings.ToLower(strings.TrimSpace(ct))
 }
 
 // got1xx relays an informational response (103 Early Hints; 100 Continue

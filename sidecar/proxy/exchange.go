@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -308,11 +307,7 @@ func reportsUsage(resp *http.Response) (stream, ok bool) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return false, false
 	}
-	ct := resp.Header.Get("Content-Type")
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	switch strings.ToLower(strings.TrimSpace(ct)) {
+	switch mediaType(resp.Header.Get("Content-Type")) {
 	case "text/event-stream":
 		return true, true
 	case "application/json":
