@@ -124,8 +124,9 @@ func run() error {
 // otherwise. A sidecar shares its node with the router it serves and, on
 // a GPU node, with dozens of cores it should not spread over (every extra
 // P adds cross-thread wake-ups per request, and GC workers): like Istio's
-// proxy (concurrency 2 by default), it runs on two. A CPU limit below
-// that (Go reads it) still lowers it.
+// proxy (concurrency 2 by default), it runs on two at most, and on one
+// while one keeps up (package threads). Go's own default never goes
+// below two, whatever the CPU limit.
 const defaultMaxProcs = 2
 
 // maxProcs is the GOMAXPROCS to run with: the environment's when set (Go

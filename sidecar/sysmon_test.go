@@ -40,7 +40,7 @@ func TestSidecarKeepsSysmonAwake(t *testing.T) {
 		{"schedtrace=0", "schedtrace=0"},
 	} {
 		t.Run(c.godebug, func(t *testing.T) {
-			env, log := startSidecar(t, c.godebug)
+			env, log, _ := startSidecar(t, c.godebug)
 			if got := env["GODEBUG"]; got != c.want {
 				t.Errorf("the serving process's GODEBUG = %q, want %q", got, c.want)
 			}
@@ -58,10 +58,11 @@ func TestSidecarKeepsSysmonAwake(t *testing.T) {
 }
 
 // startSidecar runs main with a memory store and GODEBUG set to godebug
-// (unset if empty), waits until it is ready, and returns the environment
-// of the process serving under the started process id (and its name,
-// under commKey), and its log.
-func startSidecar(t *testing.T, godebug string) (map[string]string, func() string) {
+// (unset if empty), and extra added to its environment, waits until it is
+// ready, and returns the environment of the process serving under the
+// started process id (and its name, under commKey), its log and its admin
+// address.
+func startSidecar(t *testing.T, godebug string, extra ...string) (map[string]string, func() string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	var addrs [2]string
@@ -86,11 +87,12 @@ pools:
 	}
 	cmd := exec.Command(os.Args[0], "--config", path)
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "GODEBUG=")
+		return strings.HasPrefix(kv, "GODEBUG=") || strings.HasPrefix(kv, "GOMAXPROCS=")
 	}), "TETHER_SIDECAR_MAIN=1")
 	if godebug != "" {
 		cmd.Env = append(cmd.Env, "GODEBUG="+godebug)
 	}
+	cmd.Env = append(cmd.Env, extra...)
 	var out testkit.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -126,7 +128,7 @@ pools:
 		t.Fatal(err)
 	}
 	env[commKey] = strings.TrimSpace(string(comm))
-	return env, out.String
+	return env, out.String, addrs[1]
 }
 
 // commKey holds, in startSidecar's map, the process's name.

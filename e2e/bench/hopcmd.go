@@ -39,7 +39,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.DurationVar(&h.probe, "probe", d.probe, "measured time of one rate-search probe")
 	fs.IntVar(&h.sessions, "sessions", d.sessions, "distinct X-Session-ID values")
 	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")
-	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars (0: Go's default)")
+	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars, fixed (0: the sidecar's own choice, one thread while one keeps up and two under load, README \"Threads\")")
 	fs.StringVar(&h.godebug, "godebug", d.godebug, "GODEBUG of the Go proxies (tether's sidecars, the Go ReverseProxy and relay); empty: the sidecar sets its own ("+sysmon.GODEBUG+", README \"Threads\") and the other two get the same; schedtrace=0: Go's default for all")
 	fs.StringVar(&h.baseline, "tether-baseline", d.baseline, "another tether-sidecar binary, measured beside tether as "+hop.TetherBaseline+" (a change's before and after in one run)")
 }
