@@ -17,15 +17,23 @@ import (
 )
 
 // Writer buffers writes to w. It is safe for concurrent use; each Write
-// is kept whole (slog handlers write one line per call).
+// is kept whole (slog handlers write one line per call). A buffer is
+// written outside the lock its writers take: while one is on its way to
+// w (a pipe whose reader may be slow), lines go into the second, so a
+// request logging its line waits for a write(2) only when both are full.
 type Writer struct {
-	mu      sync.Mutex
-	w       io.Writer
+	mu      sync.Mutex // guards buf, pending, closed and timer
 	buf     []byte
 	every   time.Duration
 	timer   *time.Timer
 	pending bool // a flush is scheduled
 	closed  bool
+
+	// wmu serialises the writes to w, in the order their buffers were
+	// taken; it is taken while mu is held, never the other way round.
+	wmu   sync.Mutex
+	w     io.Writer
+	spare []byte // the buffer not in use, when no write holds it (guarded by wmu)
 }
 
 // New returns a Writer to w that holds up to size bytes and writes what it
@@ -35,6 +43,7 @@ func New(w io.Writer, size int, every time.Duration) *Writer {
 	b := &Writer{w: w, every: every}
 	if size > 0 && every > 0 {
 		b.buf = make([]byte, 0, size)
+		b.spare = make([]byte, 0, size)
 	}
 	return b
 }
@@ -44,17 +53,28 @@ func New(w io.Writer, size int, every time.Duration) *Writer {
 // underlying write, when Write made one.
 func (b *Writer) Write(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed || cap(b.buf) == 0 {
+		b.wmu.Lock() // after any buffer being written
+		b.mu.Unlock()
+		defer b.wmu.Unlock()
 		return b.w.Write(p)
 	}
 	if len(b.buf)+len(p) > cap(b.buf) {
-		if err := b.flushLocked(); err != nil {
-			return 0, err
-		}
-		if len(p) > cap(b.buf) {
+		held := b.takeLocked() // unlocks mu
+		err := b.write(held)
+		if len(p) > cap(held) {
+			if err != nil {
+				b.wmu.Unlock()
+				return 0, err
+			}
+			defer b.wmu.Unlock()
 			return b.w.Write(p)
 		}
+		b.wmu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		b.mu.Lock()
 	}
 	b.buf = append(b.buf, p...)
 	if !b.pending {
@@ -65,35 +85,60 @@ func (b *Writer) Write(p []byte) (int, error) {
 			b.timer.Reset(b.every)
 		}
 	}
+	b.mu.Unlock()
 	return len(p), nil
+}
+
+// takeLocked, with mu held, takes the buffer's lines for writing: it
+// waits for the write before (the spare buffer comes back with it), puts
+// the spare in the buffer's place, and unlocks mu. The caller holds wmu
+// and writes the lines it returns (write).
+func (b *Writer) takeLocked() []byte {
+	b.wmu.Lock()
+	held := b.buf
+	b.buf, b.spare = b.spare[:0], nil
+	b.pending = false
+	b.mu.Unlock()
+	return held
+}
+
+// write writes held to w and returns it as the spare buffer, with wmu
+// held (the caller unlocks it).
+func (b *Writer) write(held []byte) error {
+	var err error
+	if len(held) > 0 {
+		_, err = b.w.Write(held)
+	}
+	b.spare = held[:0]
+	return err
 }
 
 // Flush writes what the Writer holds.
 func (b *Writer) Flush() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.flushLocked()
-}
-
-func (b *Writer) flushLocked() error {
-	b.pending = false
-	if len(b.buf) == 0 {
+	if cap(b.buf) == 0 {
+		b.mu.Unlock()
 		return nil
 	}
-	_, err := b.w.Write(b.buf)
-	b.buf = b.buf[:0]
-	return err
+	held := b.takeLocked()
+	defer b.wmu.Unlock()
+	return b.write(held)
 }
 
 // Close writes what the Writer holds; later writes go through at once.
 func (b *Writer) Close() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.timer != nil {
 		b.timer.Stop()
 	}
 	b.closed = true
-	return b.flushLocked()
+	if cap(b.buf) == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	held := b.takeLocked()
+	defer b.wmu.Unlock()
+	return b.write(held)
 }
 
 // FlushAt wraps h, whose output is w, so that a record at level at or

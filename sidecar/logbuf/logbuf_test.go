@@ -150,3 +150,67 @@ func TestFlushAtWarn(t *testing.T) {
 		t.Fatalf("after a warning: %d writes %q, want both lines in order at once", n, got)
 	}
 }
+
+// blockingWriter holds its first write until release is closed.
+type blockingWriter struct {
+	countingWriter
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingWriter) Write(p []byte) (int, error) {
+	first := false
+	b.once.Do(func() { first = true })
+	if first {
+		close(b.entered)
+		<-b.release
+	}
+	return b.countingWriter.Write(p)
+}
+
+// TestLinesDoNotWaitForASlowWrite: while a batch is on its way to a
+// writer that blocks (a pipe whose reader is slow), lines go into the
+// second buffer and their writers return; they follow the batch, in
+// order. A line that finds both buffers taken waits (back-pressure, no
+// line lost).
+func TestLinesDoNotWaitForASlowWrite(t *testing.T) {
+	under := &blockingWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	w := New(under, 16, time.Hour)
+	w.Write([]byte("0123456789\n"))
+	flushed := make(chan error, 1)
+	go func() { flushed <- w.Flush() }()
+	<-under.entered // the first batch is being written, and blocks
+
+	wrote := make(chan struct{})
+	go func() {
+		w.Write([]byte("abc\n"))
+		w.Write([]byte("def\n"))
+		close(wrote)
+	}()
+	select {
+	case <-wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a line waited for the write of an earlier batch")
+	}
+	// A line that does not fit the second buffer waits for the first write.
+	overflow := make(chan struct{})
+	go func() {
+		w.Write([]byte("ghijklmnop\n"))
+		close(overflow)
+	}()
+	select {
+	case <-overflow:
+		t.Fatal("a line that found both buffers taken did not wait")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(under.release)
+	<-overflow
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if got, _ := under.all(); got != "0123456789\nabc\ndef\nghijklmnop\n" {
+		t.Fatalf("wrote %q", got)
+	}
+}
