@@ -116,13 +116,7 @@ func (b *Writer) write(held []byte) error {
 // Flush writes what the Writer holds.
 func (b *Writer) Flush() error {
 	b.mu.Lock()
-	if cap(b.buf) == 0 {
-		b.mu.Unlock()
-		return nil
-	}
-	held := b.takeLocked()
-	defer b.wmu.Unlock()
-	return b.write(held)
+	return b.flushLocked()
 }
 
 // Close writes what the Writer holds; later writes go through at once.
@@ -132,6 +126,12 @@ func (b *Writer) Close() error {
 		b.timer.Stop()
 	}
 	b.closed = true
+	return b.flushLocked()
+}
+
+// flushLocked, with mu held, writes what the Writer holds and unlocks mu
+// (before the write: see takeLocked).
+func (b *Writer) flushLocked() error {
 	if cap(b.buf) == 0 {
 		b.mu.Unlock()
 		return nil

@@ -210,13 +210,7 @@ func (x *exchange) attempt(out *http.Request) {
 	removeHopByHop(resp.Header)
 	x.respond(resp)
 	dst := x.Header()
-	for k, vv := range resp.Header {
-		if old, ok := dst[k]; ok {
-			dst[k] = append(old, vv...)
-		} else {
-			dst[k] = vv // the response's header map is not used again
-		}
-	}
+	mergeHeader(dst, resp.Header, "")
 	announced := len(resp.Trailer)
 	if announced > 0 {
 		names := make([]string, 0, announced)
@@ -238,22 +232,33 @@ func (x *exchange) attempt(out *http.Request) {
 		x.FlushError() // chunked, whatever the length, so the trailers can follow
 	}
 	if len(resp.Trailer) == announced {
-		for k, vv := range resp.Trailer {
-			dst[k] = append(dst[k], vv...)
-		}
-		return
+		mergeHeader(dst, resp.Trailer, "")
+	} else {
+		mergeHeader(dst, resp.Trailer, http.TrailerPrefix)
 	}
-	for k, vv := range resp.Trailer {
-		k = http.TrailerPrefix + k
-		dst[k] = append(dst[k], vv...)
+}
+
+// mergeHeader adds src's values to dst, each name with prefix before it.
+// A name dst lacks takes src's slice itself: src (a response's headers or
+// trailers) is not used again.
+func mergeHeader(dst, src http.Header, prefix string) {
+	for k, vv := range src {
+		if prefix != "" {
+			k = prefix + k
+		}
+		if old, ok := dst[k]; ok {
+			dst[k] = append(old, vv...)
+		} else {
+			dst[k] = vv
+		}
 	}
 }
 
 // copyBody copies the response body to the client, flushing the headers
 // and then every read for a stream (text/event-stream, or a body of
-// unknown length) and never before the end otherwise. It returns the first write error, or a
-// read error other than the body's end (logged: the client's response is
-// cut short).
+// unknown length) and never before the end otherwise. It returns the
+// first write error, or a read error other than the body's end (logged:
+// the client's response is cut short).
 func (x *exchange) copyBody(resp *http.Response) error {
 	flush := resp.ContentLength == -1 || isEventStream(resp.Header.Get("Content-Type"))
 	if flush {

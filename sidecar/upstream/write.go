@@ -37,10 +37,7 @@ func writeRequest(bw *bufio.Writer, req *http.Request, trace *httptrace.ClientTr
 			}
 		}()
 	}
-	host := req.Host
-	if host == "" {
-		host = req.URL.Host
-	}
+	host := requestHost(req)
 	if !httpguts.ValidHostHeader(host) {
 		host = "" // as Request.Write: an invalid Host is sent empty
 	}
@@ -78,15 +75,23 @@ func writeRequest(bw *bufio.Writer, req *http.Request, trace *httptrace.ClientTr
 
 // fastWritable: what writeRequest writes as Request.Write does.
 func fastWritable(req *http.Request, trace *httptrace.ClientTrace) bool {
-	host := req.Host
-	if host == "" && req.URL != nil {
-		host = req.URL.Host
+	if req.URL == nil {
+		return false
 	}
-	return req.URL != nil && req.URL.Opaque == "" && req.Method != "" && req.Method != "CONNECT" &&
+	host := requestHost(req)
+	return req.URL.Opaque == "" && req.Method != "" && req.Method != "CONNECT" &&
 		len(req.TransferEncoding) == 0 && req.Trailer == nil && !req.Close &&
 		(req.ContentLength > 0 && req.Body != nil || req.ContentLength == 0 && req.Body == nil) &&
 		isASCII(host) && !strings.HasPrefix(host, "[") &&
 		(trace == nil || trace.WroteHeaderField == nil && trace.WroteHeaders == nil && trace.Wait100Continue == nil)
+}
+
+// requestHost is the host a request names: its Host, else its URL's.
+func requestHost(req *http.Request) string {
+	if req.Host != "" {
+		return req.Host
+	}
+	return req.URL.Host
 }
 
 // sendsContentLength is net/http's rule (with no Transfer-Encoding): a
