@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are cut")
 	maxRunning := fs.Int("max-running", sim.DefaultMaxRunning, "requests served at once; the rest wait in FIFO order")
 	serial := fs.Bool("serial-prefill", false, "compute the prefills of all requests one at a time, as one GPU does (default: in parallel)")
+	logRequests := fs.Bool("log-requests", true, "log a line per completion request (benchmarks that measure a proxy turn it off: at thousands of requests a second the lines cost the backends more CPU than their answers)")
 	faultName := fs.String("fault", "none", "fail every completion request: none, reset (read it, reset the connection), hang (never answer) or error (503); POST /sim/fault?mode= changes it")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -104,9 +105,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			ids[i] = addr
 		}
 		logs[i] = slog.New(slog.NewJSONHandler(stderr, nil)).With("modelsim", ids[i])
+		reqLog := logs[i]
+		if !*logRequests {
+			reqLog = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("modelsim", ids[i])
+		}
 		s := sim.New(sim.Options{
 			ID: ids[i], Model: *model, BlockTokens: *blockTokens, CacheBlocks: *cacheBlocks,
-			PrefillPerToken: *prefill, DecodePerToken: *decode, MaxRunning: *maxRunning, Logger: logs[i],
+			PrefillPerToken: *prefill, DecodePerToken: *decode, MaxRunning: *maxRunning, Logger: reqLog,
 			SerialPrefill: *serial, Fault: fault,
 		})
 		// No write timeout: streams last as long as their tokens take.

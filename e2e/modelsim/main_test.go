@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -28,12 +29,22 @@ func startRun(ctx context.Context, args []string, stderr io.Writer) (*bufio.Read
 }
 
 // The process prints its real address once listening, serves, and shuts
-// down when its context (the signal, in main) ends.
+// down when its context (the signal, in main) ends; it logs a line per
+// completion unless told not to.
 func TestRunListensServesAndShutsDown(t *testing.T) {
+	for _, logRequests := range []bool{true, false} {
+		t.Run(fmt.Sprint("log-requests=", logRequests), func(t *testing.T) {
+			testRunListensServesAndShutsDown(t, logRequests)
+		})
+	}
+}
+
+func testRunListensServesAndShutsDown(t *testing.T, logRequests bool) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var logs strings.Builder
-	out, done := startRun(ctx, []string{"--listen", "127.0.0.1:0", "--model", "m", "--prefill-per-token", "0", "--decode-per-token", "0"}, &logs)
+	out, done := startRun(ctx, []string{"--listen", "127.0.0.1:0", "--model", "m", "--prefill-per-token", "0", "--decode-per-token", "0",
+		fmt.Sprint("--log-requests=", logRequests)}, &logs)
 
 	line, err := out.ReadString('\n')
 	if err != nil {
@@ -64,7 +75,8 @@ func TestRunListensServesAndShutsDown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if !strings.Contains(logs.String(), `"msg":"completion"`) || !strings.Contains(logs.String(), `"msg":"shutting down"`) {
+	if strings.Contains(logs.String(), `"msg":"completion"`) != logRequests || !strings.Contains(logs.String(), `"msg":"shutting down"`) ||
+		!strings.Contains(logs.String(), `"msg":"listening"`) {
 		t.Fatalf("logs %s", logs.String())
 	}
 }

@@ -33,9 +33,9 @@ type Options struct {
 	// SidecarEnv is added to every tether-sidecar's environment, and the
 	// Go ReverseProxy's and relay's.
 	SidecarEnv []string
-	// GoDebug, if set, is the GODEBUG of every Go proxy. Unset, the
-	// sidecars set their own (sysmon.GODEBUG) and the other Go proxies
-	// are given the same.
+	// GoDebug, if set, is the GODEBUG of every Go proxy and of the
+	// backends (modelsim). Unset, the sidecars set their own
+	// (sysmon.GODEBUG) and the other Go processes are given the same.
 	GoDebug string
 	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
 	BaselineBinary string
@@ -146,14 +146,18 @@ func (r *Results) Point(proxy string, mode Mode, rate float64) *Point {
 // other rate, so that none always runs right after the same other).
 func Run(ctx context.Context, o Options) (*Results, error) {
 	o.setDefaults()
-	var backends []string
-	for i := range o.Backends {
-		_, addr, err := o.Env.Modelsim(fmt.Sprint("hop-backend-", i),
-			"--prefill-per-token", "0", "--decode-per-token", "0", "--max-running", "100000")
-		if err != nil {
-			return nil, err
-		}
-		backends = append(backends, addr)
+	// The backends are one modelsim process (one backend per listener),
+	// without a log line per request and with the runtime setting the
+	// sidecars run with: on 2 cores whatever the backends spend is taken
+	// from the proxy measured (README "Benchmarks").
+	ids := make([]string, o.Backends)
+	for i := range ids {
+		ids[i] = fmt.Sprint("hop-backend-", i)
+	}
+	_, backends, err := o.Env.Modelsims(ids, []string{o.goDebugEnv()},
+		"--prefill-per-token", "0", "--decode-per-token", "0", "--max-running", "100000", "--log-requests=false")
+	if err != nil {
+		return nil, err
 	}
 	targets := map[string]*target{}
 	for _, name := range o.Proxies {

@@ -63,13 +63,20 @@ var Labels = map[string]string{
 // does; Options.GoDebug, if set, for all.
 func (o *Options) goEnv(tether bool) []string {
 	env := slices.Clone(o.SidecarEnv)
-	switch {
-	case o.GoDebug != "":
-		env = append(env, "GODEBUG="+o.GoDebug)
-	case !tether:
-		env = append(env, "GODEBUG="+sysmon.GODEBUG)
+	if o.GoDebug != "" || !tether {
+		env = append(env, o.goDebugEnv())
 	}
 	return env
+}
+
+// goDebugEnv is the GODEBUG of the Go processes that are not sidecars
+// (the other Go proxies and the backends): Options.GoDebug, or the one a
+// sidecar re-executes itself with.
+func (o *Options) goDebugEnv() string {
+	if o.GoDebug != "" {
+		return "GODEBUG=" + o.GoDebug
+	}
+	return "GODEBUG=" + sysmon.GODEBUG
 }
 
 // target is where one proxy's load goes.
