@@ -63,7 +63,7 @@ func newClient(t *target, backends []string, sessions int, mode Mode) *client {
 	for i := range sessions {
 		s := fmt.Sprintf("hop-%06d", i)
 		addr := ""
-		if t.proc == nil { // direct: the client itself pins each session by hash
+		if t.url == "" { // direct: the client itself pins each session by hash
 			h := fnv.New32a()
 			h.Write([]byte(s))
 			addr = backends[h.Sum32()%uint32(len(backends))]

@@ -1,0 +1,110 @@
+package hop
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// backend answers as modelsim does (a JSON body, or SSE ending in
+// [DONE] when the request asks for a stream) and counts connections and
+// requests.
+type backend struct {
+	*httptest.Server
+	conns, reqs atomic.Int64
+	status      int
+	noDone      bool
+}
+
+func newBackend(t *testing.T) *backend {
+	b := &backend{status: http.StatusOK}
+	b.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.reqs.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("X-Session-ID") == "" || !strings.Contains(string(body), `"messages"`) {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		if !strings.Contains(string(body), `"stream":true`) {
+			w.WriteHeader(b.status)
+			io.WriteString(w, `{"choices":[]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range StreamEvents {
+			fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i)
+			w.(http.Flusher).Flush()
+		}
+		if !b.noDone {
+			io.WriteString(w, "data: [DONE]\n\n")
+		}
+	}))
+	b.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			b.conns.Add(1)
+		}
+	}
+	b.Start()
+	t.Cleanup(b.Close)
+	return b
+}
+
+func TestClientReusesConnectionsAndReadsWholeAnswers(t *testing.T) {
+	for _, mode := range []Mode{NonStreaming, Streaming} {
+		b := newBackend(t)
+		// As a proxy's target, and as direct (the client picks the backend).
+		c := newClient(&target{name: "proxy", url: b.URL}, nil, 10, mode)
+		if mode == Streaming {
+			c = newClient(&target{name: "direct"}, []string{b.Listener.Addr().String()}, 10, mode)
+		}
+		for i := range 30 {
+			if err := c.do(t.Context(), i); err != nil {
+				t.Fatalf("%s: request %d: %v", mode, i, err)
+			}
+		}
+		c.close()
+		if b.reqs.Load() != 30 || b.conns.Load() != 1 {
+			t.Errorf("%s: %d requests on %d connections, want 30 on 1 (one at a time, kept alive)", mode, b.reqs.Load(), b.conns.Load())
+		}
+	}
+}
+
+// A server that closed an idle connection costs a new one, not an error.
+func TestClientRetriesOnAConnectionClosedIdle(t *testing.T) {
+	b := newBackend(t)
+	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming)
+	defer c.close()
+	if err := c.do(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	b.CloseClientConnections()
+	if err := c.do(t.Context(), 1); err != nil {
+		t.Fatalf("after the server closed the idle connection: %v", err)
+	}
+	if b.conns.Load() != 2 {
+		t.Errorf("%d connections, want 2", b.conns.Load())
+	}
+}
+
+func TestClientCountsBadAnswersAsErrors(t *testing.T) {
+	b := newBackend(t)
+	b.status = http.StatusServiceUnavailable
+	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming)
+	if err := c.do(t.Context(), 0); err == nil || !strings.Contains(err.Error(), "status 503") {
+		t.Errorf("a 503: err = %v", err)
+	}
+	c.close()
+
+	b = newBackend(t)
+	b.noDone = true
+	c = newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, Streaming)
+	if err := c.do(t.Context(), 0); err == nil || !strings.Contains(err.Error(), "[DONE]") {
+		t.Errorf("a stream without [DONE]: err = %v", err)
+	}
+	c.close()
+}
