@@ -3,6 +3,7 @@ package modelserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -158,14 +159,19 @@ func TestSourceFollowsTheObject(t *testing.T) {
 
 	// An invalid edit is refused; the previous version keeps serving.
 	f.update(t, "  workloadSelector: {matchLabels: {app: ds}}\n  workloadPort: {port: 0}\n")
-	testkit.Eventually(t, 10*time.Second, "the invalid edit counted", func() bool {
-		return testutil.ToFloat64(f.src.m.updates.WithLabelValues(eventInvalid)) == 1
+	// The count comes before the log line: wait for both.
+	const refusal = "spec.workloadPort.port: must be 1..65535, got 0"
+	testkit.Eventually(t, 10*time.Second, "the invalid edit counted and its refusal logged with its field", func() error {
+		if n := testutil.ToFloat64(f.src.m.updates.WithLabelValues(eventInvalid)); n != 1 {
+			return fmt.Errorf("%v invalid versions counted", n)
+		}
+		if logs := f.logs.String(); !strings.Contains(logs, refusal) {
+			return fmt.Errorf("the refusal is not logged with its field:\n%s", logs)
+		}
+		return nil
 	})
 	if f.names() != "llm/v2-0" || f.src.Policy().Down != nil {
 		t.Fatalf("an invalid edit changed the pool: %q %+v", f.names(), f.src.Policy())
-	}
-	if !strings.Contains(f.logs.String(), "spec.workloadPort.port: must be 1..65535, got 0") {
-		t.Fatalf("the refusal is not logged with its field:\n%s", f.logs)
 	}
 
 	// Deleted: the pool is down, with a reason that names the object.
