@@ -250,12 +250,14 @@ func (s *Source) apply(ctx context.Context, obj *unstructured.Unstructured) {
 	}
 	def, err := s.parse(obj)
 	if err != nil {
-		s.m.event(eventInvalid)
+		// The log line comes first, as for a deletion.
 		if old.def != nil {
 			log.Error("ModelServer edit refused, keeping the previous version", "generation", obj.GetGeneration(), "err", err)
+			s.m.event(eventInvalid)
 			return
 		}
 		log.Error("ModelServer is invalid: the pool answers 503 until it is fixed", "generation", obj.GetGeneration(), "err", err)
+		s.m.event(eventInvalid)
 		s.publish(&state{model: old.model, policy: resolve.Policy{Down: s.downErr("is invalid: " + err.Error())}})
 		s.stopInner(old.inner)
 		return
@@ -263,8 +265,8 @@ func (s *Source) apply(ctx context.Context, obj *unstructured.Unstructured) {
 	inner := old.inner
 	if inner == nil || !reflect.DeepEqual(old.def.Backends, def.Backends) {
 		if inner, err = s.startInner(ctx, def.Backends); err != nil {
-			s.m.event(eventInvalid)
 			log.Error("ModelServer backends cannot be watched", "err", err)
+			s.m.event(eventInvalid)
 			return
 		}
 		if inner == nil {
