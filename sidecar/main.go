@@ -24,6 +24,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/buildinfo"
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/gcfloor"
 	"github.com/tetherproxy/tether/sidecar/kubeclient"
 	"github.com/tetherproxy/tether/sidecar/logbuf"
 	"github.com/tetherproxy/tether/sidecar/logjson"
@@ -89,7 +90,9 @@ func run() error {
 	}
 	// Unless GOMAXPROCS is set, one thread while one keeps up (package threads).
 	adaptive := os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > 1
-	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "adaptive", adaptive, "gomemlimit", debug.SetMemoryLimit(-1), "godebug", os.Getenv("GODEBUG"))
+	// Unless GOGC is set, a heap goal of at least 32 MiB (package gcfloor).
+	gcFloor := os.Getenv("GOGC") == ""
+	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "adaptive", adaptive, "gcFloor", gcFloor, "gomemlimit", debug.SetMemoryLimit(-1), "godebug", os.Getenv("GODEBUG"))
 	// The pod's identity, from the downward API; the only place that reads it.
 	deps := server.Deps{Namespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP"), LogLevel: levelVar}
 	if deps.PodName == "" {
@@ -116,6 +119,9 @@ func run() error {
 	}
 	if adaptive {
 		go threads.Run(ctx, threads.Options{Max: runtime.GOMAXPROCS(0), Registerer: srv.Registry(), Log: log})
+	}
+	if gcFloor {
+		go gcfloor.Run(ctx, gcfloor.Options{Registerer: srv.Registry()})
 	}
 	return srv.Run(ctx)
 }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
+)
+
+// TestSidecarRaisesGOGC runs the sidecar as a process: without GOGC its
+// heap goal has a floor (package gcfloor), so a small heap runs with a
+// GOGC above 100, which it logs and exports; with GOGC set it keeps that
+// and exports nothing.
+func TestSidecarRaisesGOGC(t *testing.T) {
+	for _, c := range []struct {
+		name, env, logged string
+		floor             bool
+	}{
+		{"floor", "", `"gcFloor":true`, true},
+		{"GOGC set", "GOGC=100", `"gcFloor":false`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var extra []string
+			if c.env != "" {
+				extra = append(extra, c.env)
+			}
+			_, log, admin := startSidecar(t, "", extra...)
+			testkit.Eventually(t, 5*time.Second, "the log line "+c.logged, func() bool {
+				return strings.Contains(log(), c.logged)
+			})
+			value := func() string {
+				for line := range strings.SplitSeq(scrape(t, "http://"+admin+"/metrics"), "\n") {
+					if v, ok := strings.CutPrefix(line, "tether_gc_percent "); ok {
+						return v
+					}
+				}
+				return ""
+			}
+			if !c.floor {
+				if v := value(); v != "" {
+					t.Fatalf("/metrics exports GOGC (%s) with GOGC set", v)
+				}
+				return
+			}
+			// An idle sidecar's live heap is a few MiB: GOGC between
+			// 100 and 800 (800 once the runtime's minimum sets the goal).
+			testkit.Eventually(t, 5*time.Second, "tether_gc_percent above 100", func() error {
+				v := value()
+				if p, err := strconv.ParseFloat(v, 64); err != nil || p <= 100 || p > 800 {
+					return fmt.Errorf("tether_gc_percent %q", v)
+				}
+				return nil
+			})
+		})
+	}
+}
