@@ -16,18 +16,16 @@ import (
 // and exports nothing.
 func TestSidecarRaisesGOGC(t *testing.T) {
 	for _, c := range []struct {
-		name, env, logged string
-		floor             bool
+		name   string
+		env    []string
+		logged string
+		floor  bool
 	}{
-		{"floor", "", `"gcFloor":true`, true},
-		{"GOGC set", "GOGC=100", `"gcFloor":false`, false},
+		{"floor", nil, `"gcFloor":true`, true},
+		{"GOGC set", []string{"GOGC=100"}, `"gcFloor":false`, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var extra []string
-			if c.env != "" {
-				extra = append(extra, c.env)
-			}
-			_, log, admin := startSidecar(t, "", extra...)
+			_, log, admin := startSidecar(t, "", c.env...)
 			testkit.Eventually(t, 5*time.Second, "the log line "+c.logged, func() bool {
 				return strings.Contains(log(), c.logged)
 			})
