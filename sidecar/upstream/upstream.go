@@ -41,7 +41,8 @@ type Options struct {
 	// rest are closed when their request ends. 0: 256.
 	MaxIdlePerHost int
 	// IdleTimeout closes a connection idle for longer (before the backend
-	// does: uvicorn closes after 5 s). 0: 4 s.
+	// does: uvicorn closes after 5 s), at its next use or by a sweep
+	// every IdleTimeout while connections are idle. 0: 4 s.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a response's header block (with its 1xx
 	// responses); a backend that sends more gets its connection closed
@@ -56,6 +57,9 @@ type Transport struct {
 
 	mu   sync.Mutex
 	idle map[string][]*conn // per host:port, oldest first
+	// sweeping: a sweep is due (one timer per Transport, armed while
+	// connections are idle).
+	sweeping bool
 }
 
 // New returns a Transport.
@@ -209,6 +213,38 @@ func (t *Transport) putIdle(c *conn) {
 		cs = cs[:n]
 	}
 	t.idle[c.addr] = cs
+	if !t.sweeping {
+		t.sweeping = true
+		time.AfterFunc(t.o.IdleTimeout, t.sweep)
+	}
+}
+
+// sweep closes the connections idle past IdleTimeout, so that a pool no
+// request touches any more (the load went, a backend left) does not keep
+// its sockets open; it runs again while any connection is idle.
+func (t *Transport) sweep() {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for addr, cs := range t.idle {
+		drop := 0
+		for drop < len(cs) && now.Sub(cs[drop].idleSince) > t.o.IdleTimeout {
+			cs[drop].nc.Close()
+			drop++
+		}
+		if drop == len(cs) {
+			delete(t.idle, addr)
+			continue
+		}
+		n := copy(cs, cs[drop:])
+		clear(cs[n:])
+		t.idle[addr] = cs[:n]
+	}
+	if len(t.idle) == 0 {
+		t.sweeping = false
+		return
+	}
+	time.AfterFunc(t.o.IdleTimeout, t.sweep)
 }
 
 // CloseIdleConnections closes every idle connection. Connections in use

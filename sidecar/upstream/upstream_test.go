@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -366,6 +368,38 @@ func TestIdleTimeoutAndCap(t *testing.T) {
 	if _, _, reused := do(t, tr, post(t, s.URL, "")); reused {
 		t.Error("a connection idle past IdleTimeout was reused")
 	}
+}
+
+// TestIdleConnectionsAreClosedWithoutTraffic: when no request comes any
+// more, the idle connections are closed after IdleTimeout all the same
+// (a sidecar after a burst keeps no sockets open).
+func TestIdleConnectionsAreClosedWithoutTraffic(t *testing.T) {
+	var closed atomic.Int32
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	s.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	s.Start()
+	defer s.Close()
+	addr := strings.TrimPrefix(s.URL, "http://")
+	tr := newTransport(Options{IdleTimeout: 30 * time.Millisecond})
+	defer tr.CloseIdleConnections()
+	do(t, tr, post(t, s.URL, ""))
+	testkit.Eventually(t, 5*time.Second, "the idle connection closed", func() bool {
+		return closed.Load() == 1 && tr.idleCount(addr) == 0
+	})
+	// The sweep ends with the last idle connection, and starts again
+	// with the next.
+	tr.mu.Lock()
+	sweeping := tr.sweeping
+	tr.mu.Unlock()
+	if sweeping {
+		t.Error("a sweep is still due with no connection idle")
+	}
+	do(t, tr, post(t, s.URL, ""))
+	testkit.Eventually(t, 5*time.Second, "the second idle connection closed", func() bool { return closed.Load() == 2 })
 }
 
 func TestTrailersAndHead(t *testing.T) {
