@@ -9,11 +9,20 @@
 // request at 1,000–2,000 requests/s (README "Threads"). One thread cannot
 // absorb a burst, though: at 4,000 requests/s it fell seconds behind
 // where two kept a 9 ms p99. So the controller watches the process's CPU
-// time every tick: on one thread, a tick that used Up of a core or more
-// brings the full count back at once (a burst waits one tick at most);
-// on the full count, a window of DownAfter that averaged under Down of a
-// core returns to one. The gap between the two thresholds (and the
-// window) keeps it from flapping.
+// time every tick: on one thread, the last UpAfter averaging Up of a core
+// or more brings the full count back (a saturated thread within three
+// ticks); on the full count, a window of DownAfter that averaged under
+// Down of a core returns to one. The gap between the two thresholds (and
+// the windows) keeps it from flapping.
+//
+// Down is measured on the full count, which costs more per request than
+// one thread does (the wake-ups above): 40% of a core on two threads is
+// about a third of a core on one. Up looks at a few ticks rather than
+// one because a single busy tick is no load: a garbage collection's mark
+// phase, a metrics scrape or a few requests arriving together fill 10 ms
+// of one thread now and then at loads one thread serves with a lower
+// tail than two (README "Threads": at 2,000 requests/s a one-tick Up kept
+// two threads for good, at 17% more CPU per request and no better p99).
 package threads
 
 import (
@@ -30,7 +39,8 @@ import (
 const (
 	DefaultTick      = 10 * time.Millisecond
 	DefaultUp        = 0.6
-	DefaultDown      = 0.3
+	DefaultUpAfter   = 50 * time.Millisecond
+	DefaultDown      = 0.4
 	DefaultDownAfter = time.Second
 )
 
@@ -41,9 +51,11 @@ type Options struct {
 	Max int
 	// Tick is how often the process's CPU time is read.
 	Tick time.Duration
-	// Up is the share of one core, used within one tick on one thread,
-	// that brings Max threads back.
-	Up float64
+	// Up is the share of one core, averaged over the last UpAfter on one
+	// thread, that brings Max threads back. An UpAfter shorter than Tick
+	// judges every tick alone.
+	Up      float64
+	UpAfter time.Duration
 	// Down is the share of one core, averaged over DownAfter on Max
 	// threads, under which the sidecar returns to one thread.
 	Down      float64
@@ -66,6 +78,9 @@ func (o *Options) defaults() {
 	}
 	if o.Up <= 0 {
 		o.Up = DefaultUp
+	}
+	if o.UpAfter <= 0 {
+		o.UpAfter = DefaultUpAfter
 	}
 	if o.Down <= 0 {
 		o.Down = DefaultDown
@@ -149,12 +164,25 @@ type Controller struct {
 	// On Max threads: the CPU time used and the time passed in the
 	// current window.
 	used, passed time.Duration
+	// The last ticks, as many as fit in UpAfter (on either count: the
+	// window is full when the count drops to one), oldest at
+	// recent[next]; Up judges their average.
+	recent []sample
+	next   int
 }
+
+type sample struct{ used, passed time.Duration }
 
 // NewController starts on one thread.
 func NewController(o Options) *Controller {
 	o.defaults()
-	return &Controller{o: o, procs: 1}
+	// It starts as if idle for the window before (a burst at start waits
+	// as a burst later would).
+	recent := make([]sample, max(1, int(o.UpAfter/o.Tick)))
+	for i := range recent {
+		recent[i].passed = o.Tick
+	}
+	return &Controller{o: o, procs: 1, recent: recent}
 }
 
 // Procs is the thread count decided.
@@ -167,8 +195,14 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 	if passed <= 0 {
 		return c.procs, false
 	}
+	c.recent[c.next] = sample{used, passed}
+	c.next = (c.next + 1) % len(c.recent)
 	if c.procs == 1 {
-		if float64(used) >= c.o.Up*float64(passed) {
+		var u, p time.Duration
+		for _, s := range c.recent {
+			u, p = u+s.used, p+s.passed
+		}
+		if float64(u) >= c.o.Up*float64(p) {
 			c.procs, c.used, c.passed = c.o.Max, 0, 0
 			return c.procs, true
 		}
