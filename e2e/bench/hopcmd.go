@@ -89,26 +89,47 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 func hopMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("hop", flag.ExitOnError)
 	bin := fs.String("bin", "bin", "directory with tether-sidecar and modelsim")
+	runs := fs.Int("runs", 1, "repeat the whole measurement this many times, each with fresh processes, and end with each proxy's median and range of its runs' own ratios to HAProxy (one run's p99 is a few bursts deep: README \"How much one run decides\")")
 	var h hopFlags
 	h.register(fs, hopDefaults)
 	_ = fs.Parse(args)
-	env, err := procs.NewEnv(*bin)
+	if *runs < 1 {
+		return fmt.Errorf("-runs: %d, want 1 or more", *runs)
+	}
+	fmt.Println("bench hop", strings.Join(args, " "))
+	var all []*hop.Results
+	for i := range *runs {
+		res, err := hopRun(ctx, *bin, h)
+		if err != nil {
+			return err
+		}
+		if *runs > 1 {
+			fmt.Printf("\n=== run %d of %d\n", i+1, *runs)
+		}
+		res.Print(os.Stdout)
+		all = append(all, res)
+	}
+	if *runs > 1 {
+		for _, t := range hop.Spread(all) {
+			t.Text(os.Stdout)
+		}
+	}
+	return nil
+}
+
+// hopRun is one measurement with its own processes, stopped at its end.
+func hopRun(ctx context.Context, bin string, h hopFlags) (*hop.Results, error) {
+	env, err := procs.NewEnv(bin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer env.Close()
 	o, err := h.options(env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	o.Step = func(s string) { fmt.Fprintln(os.Stderr, "…", s) }
-	res, err := hop.Run(ctx, o)
-	if err != nil {
-		return err
-	}
-	fmt.Println("bench hop", strings.Join(args, " "))
-	res.Print(os.Stdout)
-	return nil
+	return hop.Run(ctx, o)
 }
 
 func parseRates(flag, list string) ([]float64, error) {

@@ -1,0 +1,82 @@
+package hop
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/tetherproxy/tether/e2e/bench/table"
+)
+
+// One run's p99 on this machine is a few bursts deep: the same binary
+// measured twice in one run differed by 0.5–4× at p99 (README "How much
+// one run decides"), while CPU per request agreed within a few percent.
+// A target on the tail is decided over several runs, each compared
+// within itself: Spread puts the same-run ratios of several runs side by
+// side, as their median and range.
+
+// Spread returns, per mode and rate, each proxy's ratios to HAProxy's
+// figures over runs (every run compared within itself): the median and
+// the range of CPU per request, p99 and p99.9, and of the p99 added over
+// direct's. Proxies missing from a run, or runs without HAProxy, are
+// left out of that row.
+func Spread(runs []*Results) []*table.Table {
+	if len(runs) == 0 {
+		return nil
+	}
+	o := runs[0].Opts
+	var out []*table.Table
+	for _, mode := range o.Modes {
+		for _, rate := range o.rates(mode) {
+			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered: over %d runs, median (lowest–highest) of each run's own ratios", mode, rate, len(runs)),
+				Head: []string{"proxy", "runs", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "added p99 ms", "HAProxy's added p99 ms"}}
+			for _, name := range o.Proxies {
+				if name == Direct || name == HAProxy {
+					continue
+				}
+				var cpu, p99, p999, added, hAdded []float64
+				for _, r := range runs {
+					p, h := r.Point(name, mode, rate), r.Point(HAProxy, mode, rate)
+					if p == nil || h == nil || p.Res.OK == 0 || h.Res.OK == 0 || h.CPUPer1k == 0 {
+						continue
+					}
+					cpu = append(cpu, float64(p.CPUPer1k)/float64(h.CPUPer1k))
+					p99 = append(p99, float64(p.Res.Latency.Quantile(0.99))/float64(h.Res.Latency.Quantile(0.99)))
+					p999 = append(p999, float64(p.Res.Latency.Quantile(0.999))/float64(h.Res.Latency.Quantile(0.999)))
+					if a, ok := r.Added(p, 0.99); ok {
+						added = append(added, float64(a)/1e6)
+					}
+					if a, ok := r.Added(h, 0.99); ok {
+						hAdded = append(hAdded, float64(a)/1e6)
+					}
+				}
+				if len(cpu) == 0 {
+					continue
+				}
+				ratio := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
+				ms := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+				t.Add(Labels[name], fmt.Sprint(len(cpu)), spread(cpu, ratio), spread(p99, ratio), spread(p999, ratio),
+					spread(added, ms), spread(hAdded, ms))
+			}
+			if len(t.Rows) > 0 {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// spread formats the median and range of vs: "1.23× (1.10×–1.40×)".
+func spread(vs []float64, f func(float64) string) string {
+	if len(vs) == 0 {
+		return "—"
+	}
+	s := slices.Sorted(slices.Values(vs))
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	if len(s) == 1 {
+		return f(med)
+	}
+	return fmt.Sprintf("%s (%s–%s)", f(med), f(s[0]), f(s[len(s)-1]))
+}

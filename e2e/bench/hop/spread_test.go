@@ -1,0 +1,72 @@
+package hop
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/loadgen"
+)
+
+// spreadRun makes one run's results at 2,000 req/s: direct, HAProxy and tether
+// with every latency at the given p99 and the given CPU per 1,000.
+func spreadRun(directP99, haproxyP99, tetherP99 time.Duration, haproxyCPU, tetherCPU time.Duration) *Results {
+	point := func(proxy string, lat, cpu time.Duration) Point {
+		r := &loadgen.Result{Offered: 2000, Sent: 100, OK: 100, Latency: &loadgen.Histogram{}, Lateness: &loadgen.Histogram{}}
+		for range 100 {
+			r.Latency.Record(lat)
+		}
+		return Point{Proxy: proxy, Mode: NonStreaming, Rate: 2000, Res: r, CPUPer1k: cpu}
+	}
+	return &Results{
+		Opts: Options{Proxies: []string{Direct, HAProxy, Tether}, Modes: []Mode{NonStreaming}, Rates: []float64{2000}},
+		Points: []Point{
+			point(Direct, directP99, 0),
+			point(HAProxy, haproxyP99, haproxyCPU),
+			point(Tether, tetherP99, tetherCPU),
+		},
+	}
+}
+
+func TestSpreadTakesEachRunsOwnRatios(t *testing.T) {
+	ms := time.Millisecond
+	runs := []*Results{
+		spreadRun(1*ms, 2*ms, 4*ms, 100*ms, 150*ms),  // p99 2×, CPU 1.5×, added 3 ms
+		spreadRun(5*ms, 10*ms, 5*ms, 100*ms, 130*ms), // p99 0.5×, CPU 1.3×, added 0
+		spreadRun(1*ms, 2*ms, 2*ms, 80*ms, 112*ms),   // p99 1×, CPU 1.4×, added 1 ms
+	}
+	tables := Spread(runs)
+	if len(tables) != 1 || len(tables[0].Rows) != 1 {
+		t.Fatalf("want one table with tether's row, got %d tables", len(tables))
+	}
+	row := tables[0].Rows[0]
+	want := []string{Labels[Tether], "3", "1.40× (1.30×–1.50×)", "1.00× (0.50×–2.00×)", "1.00× (0.50×–2.00×)", "1.00 (0.00–3.00)", "1.00 (1.00–5.00)"}
+	// Every latency of a point is the same value, which the histogram
+	// gives back exactly (its quantile is capped by the largest value).
+	for i := range want {
+		if row[i] != want[i] {
+			t.Errorf("column %q: %q, want %q", tables[0].Head[i], row[i], want[i])
+		}
+	}
+	if !strings.Contains(tables[0].Title, "over 3 runs") {
+		t.Errorf("title %q does not say how many runs", tables[0].Title)
+	}
+}
+
+func TestSpreadFormatsMedianAndRange(t *testing.T) {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	for _, c := range []struct {
+		vs   []float64
+		want string
+	}{
+		{nil, "—"},
+		{[]float64{2}, "2"},
+		{[]float64{3, 1, 2}, "2 (1–3)"},
+		{[]float64{4, 1, 2, 3}, "2.5 (1–4)"},
+	} {
+		if got := spread(c.vs, f); got != c.want {
+			t.Errorf("spread(%v) = %q, want %q", c.vs, got, c.want)
+		}
+	}
+}
