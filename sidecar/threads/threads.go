@@ -22,7 +22,7 @@
 // phase, a metrics scrape or a few requests arriving together fill 10 ms
 // of one thread now and then at loads one thread serves with a lower
 // tail than two (README "Threads": at 2,000 requests/s a one-tick Up kept
-// two threads for good, at 17% more CPU per request and no better p99).
+// two threads for good, at about 15% more CPU per request).
 package threads
 
 import (

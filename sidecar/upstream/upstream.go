@@ -204,15 +204,9 @@ func (t *Transport) putIdle(c *conn) {
 	cs := append(t.idle[c.addr], c)
 	drop := 0
 	for drop < len(cs)-1 && (len(cs)-drop > t.o.MaxIdlePerHost || now.Sub(cs[drop].idleSince) > t.o.IdleTimeout) {
-		cs[drop].nc.Close()
 		drop++
 	}
-	if drop > 0 {
-		n := copy(cs, cs[drop:])
-		clear(cs[n:])
-		cs = cs[:n]
-	}
-	t.idle[c.addr] = cs
+	t.idle[c.addr] = closeOldest(cs, drop)
 	if !t.sweeping {
 		t.sweeping = true
 		time.AfterFunc(t.o.IdleTimeout, t.sweep)
@@ -229,22 +223,33 @@ func (t *Transport) sweep() {
 	for addr, cs := range t.idle {
 		drop := 0
 		for drop < len(cs) && now.Sub(cs[drop].idleSince) > t.o.IdleTimeout {
-			cs[drop].nc.Close()
 			drop++
 		}
-		if drop == len(cs) {
+		if cs = closeOldest(cs, drop); len(cs) == 0 {
 			delete(t.idle, addr)
-			continue
+		} else {
+			t.idle[addr] = cs
 		}
-		n := copy(cs, cs[drop:])
-		clear(cs[n:])
-		t.idle[addr] = cs[:n]
 	}
 	if len(t.idle) == 0 {
 		t.sweeping = false
 		return
 	}
 	time.AfterFunc(t.o.IdleTimeout, t.sweep)
+}
+
+// closeOldest closes the first n of the idle connections cs (oldest
+// first) and returns the rest, in cs's array.
+func closeOldest(cs []*conn, n int) []*conn {
+	if n == 0 {
+		return cs
+	}
+	for _, c := range cs[:n] {
+		c.nc.Close()
+	}
+	m := copy(cs, cs[n:])
+	clear(cs[m:])
+	return cs[:m]
 }
 
 // CloseIdleConnections closes every idle connection. Connections in use

@@ -52,7 +52,7 @@ func Spread(runs []*Results) []*table.Table {
 				if len(cpu) == 0 {
 					continue
 				}
-				ratio := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
+				ratio := func(v float64) string { return Ratio(v, 1) }
 				ms := func(v float64) string { return fmt.Sprintf("%.2f", v) }
 				t.Add(Labels[name], fmt.Sprint(len(cpu)), spread(cpu, ratio), spread(p99, ratio), spread(p999, ratio),
 					spread(added, ms), spread(hAdded, ms))
