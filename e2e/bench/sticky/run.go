@@ -55,7 +55,11 @@ type Result struct {
 	TTFT       *loadgen.Histogram
 	Throughput float64 // completed requests per second, first send to last answer
 	Imbalance  float64 // max/mean requests per backend
-	Wall       time.Duration
+	// TokenImbalance is max/mean prompt tokens per backend: what a placement that balances sessions
+	// or requests can still leave uneven, since conversations differ in
+	// length, and what decides which backend's prefix cache overflows.
+	TokenImbalance float64
+	Wall           time.Duration
 }
 
 // PrefillBusy is the share of the run the backends' prefill lanes were
@@ -218,6 +222,7 @@ func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 	res := &Result{Policy: policy, R: r, B: b, TTFT: &loadgen.Histogram{}}
 	type acc struct{ prompt, cached, turns int }
 	sessions := map[int]*acc{}
+	perBackend := map[string]int64{}
 	var first, last time.Time
 	var later, stayed int
 	for i, s := range samples {
@@ -238,6 +243,7 @@ func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 		res.TTFT.Record(s.TTFT)
 		res.Prompt += int64(s.Prompt)
 		res.Cached += int64(s.Cached)
+		perBackend[s.Backend] += int64(s.Prompt)
 		a := sessions[s.Conv]
 		if a == nil {
 			a = &acc{}
@@ -264,16 +270,31 @@ func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 	if n := len(rates); n > 0 {
 		res.SessionP50, res.SessionP10 = rates[n/2], rates[n/10]
 	}
+	res.TokenImbalance = maxOverMean(perBackend, b)
 	if res.Wall = last.Sub(first); res.Wall > 0 {
 		res.Throughput = float64(res.Requests-res.Errors) / res.Wall.Seconds()
 	}
 	return res
 }
 
+// maxOverMean is the largest of n's values over their mean across b
+// backends (one that n does not name had none); 0 for nothing at all.
+func maxOverMean(n map[string]int64, b int) float64 {
+	var total, most int64
+	for _, v := range n {
+		total += v
+		most = max(most, v)
+	}
+	if total == 0 || b == 0 {
+		return 0
+	}
+	return float64(most) / (float64(total) / float64(max(b, len(n))))
+}
+
 // imbalance reads every backend's request count: max over mean.
 func imbalance(backends []string) (float64, error) {
 	c := &http.Client{Timeout: 5 * time.Second}
-	var total, most int64
+	requests := map[string]int64{}
 	for _, b := range backends {
 		resp, err := c.Get("http://" + b + "/sim/stats")
 		if err != nil {
@@ -287,11 +308,7 @@ func imbalance(backends []string) (float64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("%s/sim/stats: %w", b, err)
 		}
-		total += st.Requests
-		most = max(most, st.Requests)
+		requests[b] = st.Requests
 	}
-	if total == 0 {
-		return 0, nil
-	}
-	return float64(most) / (float64(total) / float64(len(backends))), nil
+	return maxOverMean(requests, len(backends)), nil
 }

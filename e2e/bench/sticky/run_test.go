@@ -70,3 +70,26 @@ func TestSummarizeCountsTurnsThatStayedOnTheirBackend(t *testing.T) {
 		t.Errorf("Errors = %d, want 1", r.Errors)
 	}
 }
+
+// Token imbalance weighs what each backend was sent, not how often: two
+// backends with the same requests, one sent three times the tokens.
+func TestSummarizeWeighsBackendsByPromptTokens(t *testing.T) {
+	samples := []workload.Sample{
+		{Conv: 0, Turn: 0, Backend: "a", Prompt: 100},
+		{Conv: 0, Turn: 1, Backend: "a", Prompt: 200},
+		{Conv: 1, Turn: 0, Backend: "b", Prompt: 300},
+		{Conv: 1, Turn: 1, Backend: "b", Prompt: 600},
+		{Conv: 2, Turn: 0, Err: errors.New("refused"), Prompt: 5000}, // no backend answered
+	}
+	for i := range samples {
+		samples[i].TTFT = time.Millisecond
+	}
+	// b was sent 900 of 1,200 tokens, over a mean of 600 across B = 2.
+	if got := summarize(Oracle, 1, 2, samples).TokenImbalance; math.Abs(got-1.5) > 1e-9 {
+		t.Errorf("TokenImbalance = %v, want 1.5", got)
+	}
+	// With B = 3 the third backend, sent nothing, counts in the mean (400).
+	if got := summarize(Oracle, 1, 3, samples).TokenImbalance; math.Abs(got-2.25) > 1e-9 {
+		t.Errorf("TokenImbalance over 3 backends = %v, want 2.25", got)
+	}
+}

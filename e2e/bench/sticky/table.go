@@ -29,7 +29,7 @@ func Tables(o Options, res []*Result) []*table.Table {
 		for _, r := range o.Replicas {
 			t := &table.Table{Title: fmt.Sprintf("R = %d router replicas, B = %d backends", r, b),
 				Head: []string{"policy", "requests", "errors", "hit rate", "÷ oracle", "session hit p50", "session hit p10", "same backend",
-					"TTFT p50 ms", "TTFT p99 ms", "RR TTFT p50 ÷", "req/s", "imbalance", "prefill busy"}}
+					"TTFT p50 ms", "TTFT p99 ms", "RR TTFT p50 ÷", "req/s", "imbalance", "token imbalance", "prefill busy"}}
 			oracle, rr := Find(res, Oracle, r, b), Find(res, RoundRobin, r, b)
 			for _, p := range o.Policies {
 				x := Find(res, p, r, b)
@@ -45,7 +45,7 @@ func Tables(o Options, res []*Result) []*table.Table {
 				}
 				t.Add(Labels[p], fmt.Sprint(x.Requests), fmt.Sprint(x.Errors), pct(x.HitRate()), vsOracle,
 					pct(x.SessionP50), pct(x.SessionP10), pct(x.Stayed), ms(x.TTFT.Quantile(0.5)), ms(x.TTFT.Quantile(0.99)), vsRR,
-					fmt.Sprintf("%.1f", x.Throughput), fmt.Sprintf("%.2f", x.Imbalance), pct(x.PrefillBusy(o.Model)))
+					fmt.Sprintf("%.1f", x.Throughput), fmt.Sprintf("%.2f", x.Imbalance), fmt.Sprintf("%.2f", x.TokenImbalance), pct(x.PrefillBusy(o.Model)))
 			}
 			out = append(out, t)
 		}
