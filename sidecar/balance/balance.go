@@ -28,7 +28,11 @@ type Balancer struct {
 	// bindings bounds hashed choices by live sessions as well (WithBindingBound).
 	bindings       BindingCounter
 	bindingEpsilon float64
-	passedOver     func(bound string) // WithPassedOver
+	// work bounds hashed choices by recent request bytes (WithWorkBound);
+	// nil without that bound.
+	work        map[string]decayed
+	workEpsilon float64
+	passedOver  func(bound string) // WithPassedOver
 
 	// unanswered counts, per backend, the outstanding requests that have
 	// no response headers yet (Sent, Answered).
@@ -36,7 +40,8 @@ type Balancer struct {
 	// due are, per backend, the timed requests whose first token has not
 	// arrived yet (Due, Done).
 	due   map[string]pending
-	epoch time.Time // due times are kept as microseconds since
+	epoch time.Time // due times and work are kept as microseconds since
+	now   func() time.Time
 }
 
 // pending are one backend's timed requests, in microseconds since the
@@ -79,16 +84,21 @@ type Option func(*Balancer)
 // requests) to each backend's score.
 func WithExtraLoad(f func(id string) float64) Option { return func(b *Balancer) { b.extra = f } }
 
+// WithClock sets the clock that ages recent work (WithWorkBound);
+// time.Now by default.
+func WithClock(now func() time.Time) Option { return func(b *Balancer) { b.now = now } }
+
 // WithRand replaces the random source (tests make choices deterministic).
 func WithRand(intN func(n int) int) Option { return func(b *Balancer) { b.intN = intN } }
 
 // New returns a Balancer.
 func New(opts ...Option) *Balancer {
 	b := &Balancer{inflight: make(map[string]int64), unanswered: make(map[string]int64), due: make(map[string]pending),
-		intN: rand.IntN, epoch: time.Now()}
+		intN: rand.IntN, now: time.Now}
 	for _, o := range opts {
 		o(b)
 	}
+	b.epoch = b.now()
 	return b
 }
 

@@ -86,7 +86,8 @@ func (b *Balancer) place(key string, cands []discovery.Backend, usable func(disc
 		i      int
 		weight uint64
 		load   float64
-		held   int // bindings naming the backend
+		held   int     // bindings naming the backend
+		work   float64 // recent request bytes (WithWorkBound)
 	}
 	cs := make([]cand, 0, len(cands))
 	var sum float64
@@ -116,18 +117,45 @@ func (b *Balancer) place(key string, cands []discovery.Backend, usable func(disc
 		}
 		heldBound = (1+b.bindingEpsilon)*float64(total)/float64(len(cs)) + NearEqual
 	}
+	workBound := math.Inf(1)
+	if b.work != nil && bindings != nil {
+		// Bounded with the bindings, for the same reason: replicas' counts
+		// differ, and only a shared store settles what they propose.
+		var total float64
+		now := b.now().Sub(b.epoch).Microseconds()
+		b.mu.Lock()
+		for j, c := range cs {
+			cs[j].work = b.work[cands[c.i].ID].as(now)
+			total += cs[j].work
+		}
+		b.mu.Unlock()
+		if total > 0 {
+			workBound = (1 + b.workEpsilon) * total / float64(len(cs))
+		}
+	}
 	slices.SortFunc(cs, func(x, y cand) int { return cmp.Compare(y.weight, x.weight) })
-	chosen := slices.IndexFunc(cs, func(c cand) bool { return c.load <= bound && float64(c.held) <= heldBound })
+	chosen := slices.IndexFunc(cs, func(c cand) bool {
+		return c.load <= bound && float64(c.held) <= heldBound && c.work <= workBound
+	})
 	if chosen < 0 {
-		// The two bounds together can pass over every backend (the one
-		// with the fewest bindings may be the busiest now); load decides.
+		// The bounds together can pass over every backend (the one with
+		// the fewest bindings may carry the longest conversations, or be
+		// the busiest now): bindings give way first, as the coarser
+		// measure of what a backend's cache holds, then work; load
+		// decides last.
+		chosen = slices.IndexFunc(cs, func(c cand) bool { return c.load <= bound && c.work <= workBound })
+	}
+	if chosen < 0 {
 		chosen = slices.IndexFunc(cs, func(c cand) bool { return c.load <= bound })
 	}
 	if chosen != 0 && b.passedOver != nil {
-		if cs[0].load > bound {
+		switch {
+		case cs[0].load > bound:
 			b.passedOver(BoundLoad)
-		} else {
+		case float64(cs[0].held) > heldBound:
 			b.passedOver(BoundBindings)
+		default:
+			b.passedOver(BoundWork)
 		}
 	}
 	if chosen < 0 {
@@ -142,10 +170,11 @@ func (b *Balancer) place(key string, cands []discovery.Backend, usable func(disc
 const (
 	BoundLoad     = "load"     // requests in flight (WithHashPlacement's ε)
 	BoundBindings = "bindings" // live sessions (WithBindingBound)
+	BoundWork     = "work"     // recent request bytes (WithWorkBound)
 )
 
-// WithPassedOver has Place call f with the bound (BoundLoad or
-// BoundBindings) that passed over a key's first choice, once per placement
+// WithPassedOver has Place call f with the bound (BoundLoad,
+// BoundBindings or BoundWork) that passed over a key's first choice, once per placement
 // that did not go to it (for tether_placements_passed_over_total).
 func WithPassedOver(f func(bound string)) Option {
 	return func(b *Balancer) { b.passedOver = f }

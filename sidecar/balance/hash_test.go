@@ -197,6 +197,8 @@ func BenchmarkPlace(b *testing.B) {
 		{"load-bound", New(WithHashPlacement(DefaultHashEpsilon))},
 		{"binding-bound", New(WithHashPlacement(DefaultHashEpsilon),
 			WithBindingBound(DefaultBindingEpsilon, fixedBindings(map[string]int{"llm/vllm-0/u0": 10})))},
+		{"binding-and-work-bounds", New(WithHashPlacement(DefaultHashEpsilon),
+			WithBindingBound(DefaultBindingEpsilon, fixedBindings(map[string]int{"llm/vllm-0/u0": 10})), WithWorkBound(DefaultWorkEpsilon))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

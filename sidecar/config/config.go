@@ -444,6 +444,12 @@ type Affinity struct {
 	// (1+ε) × the mean bindings (plus one) is passed over. nil is
 	// balance.DefaultBindingEpsilon (0.1).
 	BindingEpsilon *float64 `json:"bindingEpsilon,omitempty"`
+	// WorkEpsilon bounds hashed placement by the request bytes each
+	// backend was sent recently, decaying by half every 30 s (README
+	// "Placement"): a backend carrying more than (1+ε) × the mean is
+	// passed over. Shared stores only, as BindingEpsilon. nil is
+	// balance.DefaultWorkEpsilon (0.2).
+	WorkEpsilon *float64 `json:"workEpsilon,omitempty"`
 	// Policy is how soft affinity decides to move a pin (README
 	// "Affinity policy"); "" is PolicyThreshold.
 	Policy AffinityPolicy `json:"policy,omitempty"`

@@ -315,6 +315,7 @@ func TestValidation(t *testing.T) {
 		{"affinity placement", doc("", pool("affinity: {placement: random}")), `pools[0].affinity.placement: unknown placement "random" (want hash or leastLoaded)`},
 		{"affinity hashEpsilon", doc("", pool("affinity: {hashEpsilon: -0.5}")), `pools[0].affinity.hashEpsilon: must be between 0 and 10, got -0.5`},
 		{"affinity bindingEpsilon", doc("", pool("affinity: {bindingEpsilon: 11}")), `pools[0].affinity.bindingEpsilon: must be between 0 and 10, got 11`},
+		{"affinity workEpsilon", doc("", pool("affinity: {workEpsilon: -0.5}")), `pools[0].affinity.workEpsilon: must be between 0 and 10, got -0.5`},
 		{"soft without load", doc("", pool("affinity: {mode: soft}", "loadMetrics: {enabled: false}")), `pools[0].affinity.mode: soft affinity needs loadMetrics`},
 		{"load interval", doc("", pool("loadMetrics: {interval: -1s}")), `pools[0].loadMetrics.interval: must be positive, got -1s`},
 		{"load timeout", doc("", pool("loadMetrics: {interval: 1s, timeout: 2s}")), `pools[0].loadMetrics.timeout: must be positive and at most interval (1s), got 2s`},

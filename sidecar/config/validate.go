@@ -280,7 +280,7 @@ func (p *Pool) validate(e *errs, f string, haveJWT bool) {
 	for _, c := range []struct {
 		name string
 		eps  *float64
-	}{{"hashEpsilon", p.Affinity.HashEpsilon}, {"bindingEpsilon", p.Affinity.BindingEpsilon}} {
+	}{{"hashEpsilon", p.Affinity.HashEpsilon}, {"bindingEpsilon", p.Affinity.BindingEpsilon}, {"workEpsilon", p.Affinity.WorkEpsilon}} {
 		if c.eps != nil && !(*c.eps >= 0 && *c.eps <= 10) {
 			e.add(f+".affinity."+c.name, "must be between 0 and 10, got %v", *c.eps)
 		}

@@ -83,7 +83,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"pool"}),
 		PlacementsPassedOver: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_placements_passed_over_total",
-			Help: "Sessions placed (new or rebound) on another backend than their key's first choice because that backend was above a bound of hashed placement, by pool and bound (load: requests in flight; bindings: live sessions).",
+			Help: "Sessions placed (new or rebound) on another backend than their key's first choice because that backend was above a bound of hashed placement, by pool and bound (load: requests in flight; bindings: live sessions; work: request bytes sent recently).",
 		}, []string{"pool", "bound"}),
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tether_requests_in_flight",

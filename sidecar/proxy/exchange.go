@@ -238,6 +238,7 @@ func (x *exchange) begin(d *resolve.Decision) {
 	x.held = d.Backend.ID
 	x.pool.Balancer.Hold(x.held)
 	x.pool.Balancer.Sent(d.Backend.ID)
+	x.pool.Balancer.Carry(d.Backend.ID, len(x.reqBytes))
 	x.unanswered = true
 	x.conn, x.reused, x.upErr, x.status, x.header, x.firstToken = false, false, nil, 0, 0, 0
 	x.sent = x.h.o.Now()

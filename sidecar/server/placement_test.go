@@ -19,7 +19,8 @@ import (
 // mean plus one) the keys go to their next choice. With bindingEpsilon 10
 // the bound is out of reach, and per-replica memory stores are never
 // bounded by bindings (their replicas agree by the hash alone): the hash
-// decides.
+// decides. (The work bound, which the same requests would trip, is out of
+// reach here: TestHashedPlacementIsBoundedByWork tests it.)
 func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 	bs := startBackends(t, 4)
 	ids := addrs(bs)
@@ -64,7 +65,7 @@ func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 	}
 	for name, storeCfg := range map[string]func(*testing.T) string{"redis": redis, "gossip": gossip} {
 		t.Run(name, func(t *testing.T) {
-			counts, sc := place(t, storeCfg(t), "")
+			counts, sc := place(t, storeCfg(t), noWorkBound)
 			// Before the n-th placement the bound is 1.1 × (n-1)/4 + 1, so
 			// sim-0 ends with at most 1.1 × 39/4 + 2 = 12.7 sessions.
 			if n := counts["sim-0"]; n > 12 || n < 9 {
@@ -83,12 +84,71 @@ func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 		store func(*testing.T) string
 		pool  string
 	}{
-		"redis, bound out of reach": {redis, "    affinity: {bindingEpsilon: 10}\n"},
+		"redis, bound out of reach": {redis, "    affinity: {bindingEpsilon: 10, workEpsilon: 10}\n"},
 		"memory":                    {func(*testing.T) string { return "" }, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if counts, _ := place(t, c.store(t), c.pool); counts["sim-0"] != 40 {
 				t.Fatalf("the hash alone decides, yet its first choice sim-0 got %v", counts)
+			}
+		})
+	}
+}
+
+// noWorkBound puts the work bound out of reach.
+const noWorkBound = "    affinity: {workEpsilon: 10}\n"
+
+// TestHashedPlacementIsBoundedByWork: 40 new sessions whose keys all hash
+// first to one backend, the first a long conversation (about 15 KB a
+// turn), the other 39 a few hundred bytes. The long one goes to the
+// keys' first choice; that backend then carries more than 1.2 × the mean
+// request bytes for every later placement, so the short ones all go to
+// their next choices, though it holds one binding of 40. Bounded by
+// bindings alone, it would take its share of them (about 12).
+func TestHashedPlacementIsBoundedByWork(t *testing.T) {
+	bs := startBackends(t, 4)
+	ids := addrs(bs)
+	cands := make([]discovery.Backend, len(ids))
+	for i, id := range ids {
+		cands[i] = discovery.Backend{ID: id}
+	}
+	hash := balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon))
+	var keys []string
+	for i := 0; len(keys) < 40; i++ {
+		k := fmt.Sprint("heavy-", i)
+		if be, _ := hash.Place(sessionkey.StoreKey("default/m", k), cands, nil); be.ID == ids[0] {
+			keys = append(keys, k)
+		}
+	}
+	for name, c := range map[string]struct {
+		pool    string
+		atFirst func(n int) bool
+	}{
+		"default":                 {"", func(n int) bool { return n == 1 }},
+		"work bound out of reach": {noWorkBound, func(n int) bool { return n >= 9 && n <= 12 }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			storeCfg := fmt.Sprintf("store: {backend: redis, redis: {address: %q}}", redistest.Start(t).Addr)
+			sc := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeCfg)+c.pool)
+			counts := map[string]int{}
+			for i, k := range keys {
+				msgs := conversation(1)
+				if i == 0 {
+					msgs = conversation(60)
+				}
+				r := chat(t, sc.url("default/m", "/v1/chat/completions"), msgs, func(r *http.Request) {
+					r.Header.Set("X-Session-ID", k)
+				})
+				counts[r.backend]++
+			}
+			if !c.atFirst(counts["sim-0"]) {
+				t.Fatalf("sim-0, every key's first choice, got %d of 40 sessions: %v", counts["sim-0"], counts)
+			}
+			if c.pool == "" {
+				want := `tether_placements_passed_over_total{bound="work",pool="default/m"} 39`
+				if _, m := get(t, sc.admin("/metrics")); !strings.Contains(m, want+"\n") {
+					t.Fatalf("metrics lack %q", want)
+				}
 			}
 		})
 	}

@@ -116,7 +116,7 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 		}
 		// Both children exist from the start, so a dashboard's rate is 0, not absent.
 		passedOver := map[string]prometheus.Counter{}
-		for _, bound := range []string{balance.BoundLoad, balance.BoundBindings} {
+		for _, bound := range []string{balance.BoundLoad, balance.BoundBindings, balance.BoundWork} {
 			passedOver[bound] = sh.metrics.PlacementsPassedOver.WithLabelValues(pc.Name, bound)
 		}
 		balOpts = append(balOpts, balance.WithHashPlacement(eps),
@@ -130,6 +130,11 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 				eps = *pc.Affinity.BindingEpsilon
 			}
 			balOpts = append(balOpts, balance.WithBindingBound(eps, counter.CountBindings))
+			workEps := balance.DefaultWorkEpsilon
+			if pc.Affinity.WorkEpsilon != nil {
+				workEps = *pc.Affinity.WorkEpsilon
+			}
+			balOpts = append(balOpts, balance.WithWorkBound(workEps))
 		}
 	}
 	bal := balance.New(balOpts...)
