@@ -22,20 +22,8 @@ import (
 // decides. (The work bound, which the same requests would trip, is out of
 // reach here: TestHashedPlacementIsBoundedByWork tests it.)
 func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
-	bs := startBackends(t, 4)
-	ids := addrs(bs)
-	cands := make([]discovery.Backend, len(ids))
-	for i, id := range ids {
-		cands[i] = discovery.Backend{ID: id}
-	}
-	hash := balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon))
-	var keys []string
-	for i := 0; len(keys) < 40; i++ {
-		k := fmt.Sprint("crowd-", i)
-		if be, _ := hash.Place(sessionkey.StoreKey("default/m", k), cands, nil); be.ID == ids[0] {
-			keys = append(keys, k)
-		}
-	}
+	ids := addrs(startBackends(t, 4))
+	keys := keysFirstOn(ids, "crowd-", 40)
 	// Each run its own Redis, so that no run finds another's bindings.
 	redis := func(t *testing.T) string {
 		return fmt.Sprintf("store: {backend: redis, redis: {address: %q}}", redistest.Start(t).Addr)
@@ -95,6 +83,24 @@ func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 	}
 }
 
+// keysFirstOn returns n session keys (prefix and a number) whose hashed
+// placement among backends ids, unbounded, chooses ids[0] first.
+func keysFirstOn(ids []string, prefix string, n int) []string {
+	cands := make([]discovery.Backend, len(ids))
+	for i, id := range ids {
+		cands[i] = discovery.Backend{ID: id}
+	}
+	hash := balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon))
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprint(prefix, i)
+		if be, _ := hash.Place(sessionkey.StoreKey("default/m", k), cands, nil); be.ID == ids[0] {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 // noWorkBound puts the work bound out of reach.
 const noWorkBound = "    affinity: {workEpsilon: 10}\n"
 
@@ -106,20 +112,8 @@ const noWorkBound = "    affinity: {workEpsilon: 10}\n"
 // their next choices, though it holds one binding of 40. Bounded by
 // bindings alone, it would take its share of them (about 12).
 func TestHashedPlacementIsBoundedByWork(t *testing.T) {
-	bs := startBackends(t, 4)
-	ids := addrs(bs)
-	cands := make([]discovery.Backend, len(ids))
-	for i, id := range ids {
-		cands[i] = discovery.Backend{ID: id}
-	}
-	hash := balance.New(balance.WithHashPlacement(balance.DefaultHashEpsilon))
-	var keys []string
-	for i := 0; len(keys) < 40; i++ {
-		k := fmt.Sprint("heavy-", i)
-		if be, _ := hash.Place(sessionkey.StoreKey("default/m", k), cands, nil); be.ID == ids[0] {
-			keys = append(keys, k)
-		}
-	}
+	ids := addrs(startBackends(t, 4))
+	keys := keysFirstOn(ids, "heavy-", 40)
 	for name, c := range map[string]struct {
 		pool    string
 		atFirst func(n int) bool
