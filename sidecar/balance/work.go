@@ -21,11 +21,14 @@ import (
 // session's next choice. Each replica counts only the requests it
 // forwards; behind a Service those are a random sample of all of them,
 // so every replica sees the same backends heavy, if less sharply the more
-// replicas share the traffic. As with bindings, replicas may then propose
-// different backends for one new session, which a shared store's
-// first-writer-wins settles.
+// replicas share the traffic. Replicas may then propose different
+// backends for one new session: a store whose first create wins at once
+// (Redis) settles it before the request is sent, a gossip ring only once
+// the binding has gone round, so the server turns the bound on by default
+// for Redis alone.
 
-// DefaultWorkEpsilon is the work bound's ε when a pool does not set it.
+// DefaultWorkEpsilon is the work bound's ε when a pool bounded by work
+// does not set it.
 const DefaultWorkEpsilon = 0.2
 
 // WorkHalfLife is how fast a request's bytes stop counting: a

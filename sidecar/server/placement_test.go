@@ -24,10 +24,6 @@ import (
 func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 	ids := addrs(startBackends(t, 4))
 	keys := keysFirstOn(ids, "crowd-", 40)
-	// Each run its own Redis, so that no run finds another's bindings.
-	redis := func(t *testing.T) string {
-		return fmt.Sprintf("store: {backend: redis, redis: {address: %q}}", redistest.Start(t).Addr)
-	}
 	place := func(t *testing.T, storeCfg, pool string) (map[string]int, *sidecar) {
 		sc := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeCfg)+pool)
 		counts := map[string]int{}
@@ -47,11 +43,7 @@ func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 		}
 		return counts, sc
 	}
-	// A ring of one: its table is every binding.
-	gossip := func(t *testing.T) string {
-		return fmt.Sprintf("store: {backend: gossip, gossip: {bind: %q, secretKeyFile: %q}}", freeAddr(t), gossipKeyFile(t))
-	}
-	for name, storeCfg := range map[string]func(*testing.T) string{"redis": redis, "gossip": gossip} {
+	for name, storeCfg := range map[string]func(*testing.T) string{"redis": redisStore, "gossip": gossipStore} {
 		t.Run(name, func(t *testing.T) {
 			counts, sc := place(t, storeCfg(t), noWorkBound)
 			// Before the n-th placement the bound is 1.1 × (n-1)/4 + 1, so
@@ -72,7 +64,7 @@ func TestHashedPlacementIsBoundedByBindings(t *testing.T) {
 		store func(*testing.T) string
 		pool  string
 	}{
-		"redis, bound out of reach": {redis, "    affinity: {bindingEpsilon: 10, workEpsilon: 10}\n"},
+		"redis, bound out of reach": {redisStore, "    affinity: {bindingEpsilon: 10, workEpsilon: 10}\n"},
 		"memory":                    {func(*testing.T) string { return "" }, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -104,26 +96,41 @@ func keysFirstOn(ids []string, prefix string, n int) []string {
 // noWorkBound puts the work bound out of reach.
 const noWorkBound = "    affinity: {workEpsilon: 10}\n"
 
+// redisStore is the store config of a Redis of the test's own, so that
+// no run finds another's bindings.
+func redisStore(t *testing.T) string {
+	return fmt.Sprintf("store: {backend: redis, redis: {address: %q}}", redistest.Start(t).Addr)
+}
+
+// gossipStore is a ring of one: its table is every binding.
+func gossipStore(t *testing.T) string {
+	return fmt.Sprintf("store: {backend: gossip, gossip: {bind: %q, secretKeyFile: %q}}", freeAddr(t), gossipKeyFile(t))
+}
+
 // TestHashedPlacementIsBoundedByWork: 40 new sessions whose keys all hash
-// first to one backend, the first a long conversation (about 15 KB a
+// first to one backend, the first a long conversation (about 19 KB a
 // turn), the other 39 a few hundred bytes. The long one goes to the
-// keys' first choice; that backend then carries more than 1.2 × the mean
-// request bytes for every later placement, so the short ones all go to
-// their next choices, though it holds one binding of 40. Bounded by
-// bindings alone, it would take its share of them (about 12).
+// keys' first choice; bounded by work, that backend then carries more
+// than 1.2 × the mean request bytes for every later placement, so the
+// short ones all go to their next choices, though it holds one binding
+// of 40. Bounded by bindings alone, it takes its share of them (about
+// 12). Redis is bounded by work unless workEpsilon is 10; gossip only
+// when workEpsilon is set.
 func TestHashedPlacementIsBoundedByWork(t *testing.T) {
 	ids := addrs(startBackends(t, 4))
 	keys := keysFirstOn(ids, "heavy-", 40)
 	for name, c := range map[string]struct {
-		pool    string
-		atFirst func(n int) bool
+		store func(*testing.T) string
+		pool  string
+		work  bool
 	}{
-		"default":                 {"", func(n int) bool { return n == 1 }},
-		"work bound out of reach": {noWorkBound, func(n int) bool { return n >= 9 && n <= 12 }},
+		"redis":               {redisStore, "", true},
+		"redis, out of reach": {redisStore, noWorkBound, false},
+		"gossip":              {gossipStore, "", false},
+		"gossip, workEpsilon": {gossipStore, "    affinity: {workEpsilon: 0.2}\n", true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			storeCfg := fmt.Sprintf("store: {backend: redis, redis: {address: %q}}", redistest.Start(t).Addr)
-			sc := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeCfg)+c.pool)
+			sc := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, c.store(t))+c.pool)
 			counts := map[string]int{}
 			for i, k := range keys {
 				msgs := conversation(1)
@@ -135,15 +142,61 @@ func TestHashedPlacementIsBoundedByWork(t *testing.T) {
 				})
 				counts[r.backend]++
 			}
-			if !c.atFirst(counts["sim-0"]) {
-				t.Fatalf("sim-0, every key's first choice, got %d of 40 sessions: %v", counts["sim-0"], counts)
+			n := counts["sim-0"]
+			if c.work && n != 1 {
+				t.Fatalf("bounded by work, sim-0 (every key's first choice, sent the long conversation) got %d of 40 sessions: %v", n, counts)
 			}
-			if c.pool == "" {
+			if !c.work && (n < 9 || n > 12) {
+				t.Fatalf("bounded by bindings alone, sim-0 got %d of 40 sessions, want its share (9 to 12): %v", n, counts)
+			}
+			if c.work {
 				want := `tether_placements_passed_over_total{bound="work",pool="default/m"} 39`
 				if _, m := get(t, sc.admin("/metrics")); !strings.Contains(m, want+"\n") {
 					t.Fatalf("metrics lack %q", want)
 				}
 			}
 		})
+	}
+}
+
+// TestRedisSettlesReplicasThatCountWorkApart: two replicas on one Redis,
+// one of them having sent a long conversation to sim-0, so that for new
+// keys whose first choice is sim-0 the two propose different backends. A
+// session's first turn on either and its next turn, at once, on the other
+// still meet on one backend: the first create wins in Redis before the
+// request is sent, and the other replica follows its binding.
+func TestRedisSettlesReplicasThatCountWorkApart(t *testing.T) {
+	ids := addrs(startBackends(t, 4))
+	keys := keysFirstOn(ids, "apart-", 11)
+	storeCfg := redisStore(t)
+	heavy := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeCfg))
+	light := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeCfg))
+	send := func(sc *sidecar, key, msgs string) string {
+		return chat(t, sc.url("default/m", "/v1/chat/completions"), msgs, func(r *http.Request) {
+			r.Header.Set("X-Session-ID", key)
+		}).backend
+	}
+	if got := send(heavy, keys[0], conversation(60)); got != "sim-0" {
+		t.Fatalf("the long conversation went to %s, not its first choice sim-0", got)
+	}
+	lightOnFirst, heavyOnFirst := 0, 0 // sessions placed on sim-0 by each
+	for i, k := range keys[1:] {
+		first, next, placedOnFirst := heavy, light, &heavyOnFirst
+		if i%2 == 1 {
+			first, next, placedOnFirst = light, heavy, &lightOnFirst
+		}
+		a := send(first, k, conversation(1))
+		if a == "sim-0" {
+			*placedOnFirst++
+		}
+		if b := send(next, k, conversation(2)); b != a {
+			t.Fatalf("session %s: first turn on %s, the next turn through the other replica on %s", k, a, b)
+		}
+	}
+	// The replicas proposed apart: the heavy one never chose sim-0, the
+	// light one did.
+	if heavyOnFirst != 0 || lightOnFirst == 0 {
+		t.Fatalf("sessions placed on sim-0: %d by the replica that sent it the long conversation, %d by the other; want none and some",
+			heavyOnFirst, lightOnFirst)
 	}
 }

@@ -130,11 +130,19 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 				eps = *pc.Affinity.BindingEpsilon
 			}
 			balOpts = append(balOpts, balance.WithBindingBound(eps, counter.CountBindings))
-			workEps := balance.DefaultWorkEpsilon
+			// Redis settles a race for a new session atomically (the first
+			// create wins, the others follow it), so replicas whose counts
+			// of work differ still agree. A gossip ring settles it only once
+			// the binding has gone round, and a next turn that reaches
+			// another replica before it would go where that replica's own
+			// count points: there the bound waits for workEpsilon.
+			workEps, work := balance.DefaultWorkEpsilon, s.cfg.Store.Backend == config.StoreRedis
 			if pc.Affinity.WorkEpsilon != nil {
-				workEps = *pc.Affinity.WorkEpsilon
+				workEps, work = *pc.Affinity.WorkEpsilon, true
 			}
-			balOpts = append(balOpts, balance.WithWorkBound(workEps))
+			if work {
+				balOpts = append(balOpts, balance.WithWorkBound(workEps))
+			}
 		}
 	}
 	bal := balance.New(balOpts...)
