@@ -114,7 +114,7 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 		if pc.Affinity.HashEpsilon != nil {
 			eps = *pc.Affinity.HashEpsilon
 		}
-		// Both children exist from the start, so a dashboard's rate is 0, not absent.
+		// Every child exists from the start, so a dashboard's rate is 0, not absent.
 		passedOver := map[string]prometheus.Counter{}
 		for _, bound := range []string{balance.BoundLoad, balance.BoundBindings, balance.BoundWork} {
 			passedOver[bound] = sh.metrics.PlacementsPassedOver.WithLabelValues(pc.Name, bound)
