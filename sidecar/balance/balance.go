@@ -30,9 +30,10 @@ type Balancer struct {
 	bindingEpsilon float64
 	// work bounds hashed choices by recent request bytes (WithWorkBound);
 	// nil without that bound.
-	work        map[string]decayed
-	workEpsilon float64
-	passedOver  func(bound string) // WithPassedOver
+	work           map[string]decayed
+	workEpsilon    float64
+	workSweepAbove int                // Carry's next sweep, once work holds more backends
+	passedOver     func(bound string) // WithPassedOver
 
 	// unanswered counts, per backend, the outstanding requests that have
 	// no response headers yet (Sent, Answered).

@@ -67,12 +67,16 @@ func (b *Balancer) Carry(id string, n int) {
 	now := b.now().Sub(b.epoch).Microseconds()
 	b.mu.Lock()
 	b.work[id] = decayed{v: b.work[id].as(now) + float64(n), at: now}
-	if len(b.work) > sweepAbove {
+	if len(b.work) > max(sweepAbove, b.workSweepAbove) {
+		// Backends come and go: keep the map small. The next sweep waits
+		// until the map doubles, so a pool of more live backends than
+		// sweepAbove does not sweep on every request.
 		for k, d := range b.work {
 			if d.as(now) < 1 {
-				delete(b.work, k) // backends come and go: keep the map small
+				delete(b.work, k)
 			}
 		}
+		b.workSweepAbove = 2 * len(b.work)
 	}
 	b.mu.Unlock()
 }

@@ -109,6 +109,14 @@ func TestCarryForgetsIdleBackendsWhenManyCame(t *testing.T) {
 	if n := len(b.work); n != 1 {
 		t.Fatalf("%d backends' work kept, want only the live one", n)
 	}
+	// A pool of more live backends than that sweeps again only once the
+	// map has doubled, not on every request.
+	for i := range 2 * sweepAbove {
+		b.Carry(fmt.Sprint("live-", i), 1000)
+	}
+	if b.workSweepAbove < 2*sweepAbove {
+		t.Fatalf("after a sweep that kept %d live backends the next waits for %d", len(b.work), b.workSweepAbove)
+	}
 }
 
 // BenchmarkCarry is the work bound's cost on every request.
