@@ -32,6 +32,7 @@ type Balancer struct {
 	// nil without that bound.
 	work           map[string]decayed
 	workEpsilon    float64
+	workView       WorkView           // what the work bound reads instead of work (WithWorkView)
 	workSweepAbove int                // Carry's next sweep, once work holds more backends
 	passedOver     func(bound string) // WithPassedOver
 

@@ -122,13 +122,26 @@ func (b *Balancer) place(key string, cands []discovery.Backend, usable func(disc
 		// Bounded with the bindings, for the same reason: replicas' counts
 		// differ, and only a shared store settles what they propose.
 		var total float64
-		now := b.now().Sub(b.epoch).Microseconds()
-		b.mu.Lock()
-		for j, c := range cs {
-			cs[j].work = b.work[cands[c.i].ID].as(now)
-			total += cs[j].work
+		if b.workView != nil {
+			ids, work := make([]string, len(cs)), make([]float64, len(cs))
+			for j, c := range cs {
+				ids[j] = cands[c.i].ID
+			}
+			b.workView(ids, work)
+			for j := range cs {
+				cs[j].work = work[j]
+			}
+		} else {
+			now := b.now().Sub(b.epoch).Microseconds()
+			b.mu.Lock()
+			for j, c := range cs {
+				cs[j].work = b.work[cands[c.i].ID].as(now)
+			}
+			b.mu.Unlock()
 		}
-		b.mu.Unlock()
+		for _, c := range cs {
+			total += c.work
+		}
 		if total > 0 {
 			workBound = (1 + b.workEpsilon) * total / float64(len(cs))
 		}

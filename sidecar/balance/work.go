@@ -23,9 +23,10 @@ import (
 // so every replica sees the same backends heavy, if less sharply the more
 // replicas share the traffic. Replicas may then propose different
 // backends for one new session: a store whose first create wins at once
-// (Redis) settles it before the request is sent, a gossip ring only once
-// the binding has gone round, so the server turns the bound on by default
-// for Redis alone.
+// (Redis) settles it before the request is sent. A gossip ring settles it
+// only once the binding has gone round, so there the bound reads a view
+// of every replica's counts that all of them read alike (WithWorkView;
+// the gossip store's Work), fed by each replica's own counts (WorkAt).
 
 // DefaultWorkEpsilon is the work bound's ε when a pool bounded by work
 // does not set it.
@@ -42,6 +43,31 @@ const WorkHalfLife = 30 * time.Second
 // WithHashPlacement it does nothing.
 func WithWorkBound(epsilon float64) Option {
 	return func(b *Balancer) { b.workEpsilon, b.work = epsilon, make(map[string]decayed) }
+}
+
+// WorkView sets w[i] to the recent work on backend ids[i] as a view
+// shared by every replica sees it.
+type WorkView func(ids []string, w []float64)
+
+// WithWorkView has the work bound read view instead of this Balancer's
+// own counts, which Carry still keeps for WorkAt. Without WithWorkBound
+// it does nothing.
+func WithWorkView(view WorkView) Option { return func(b *Balancer) { b.workView = view } }
+
+// WorkAt calls add with each backend's recent work (Carry) as of at,
+// for a view shared with other replicas (the gossip store's ShareWork).
+func (b *Balancer) WorkAt(at time.Time, add func(id string, bytes float64)) {
+	if b.work == nil {
+		return
+	}
+	t := at.Sub(b.epoch).Microseconds()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, d := range b.work {
+		if v := d.as(t); v >= 1 {
+			add(id, v)
+		}
+	}
 }
 
 // decayed is a sum that halves every WorkHalfLife: v as of at (µs since

@@ -127,3 +127,48 @@ func BenchmarkCarry(b *testing.B) {
 		bal.Carry("llm/vllm-3/u3", 12000)
 	}
 }
+
+// TestPlaceReadsTheSharedWorkView: with a view shared by every replica
+// (WithWorkView), the bound reads the view, not the replica's own counts,
+// which Carry still keeps for WorkAt to share.
+func TestPlaceReadsTheSharedWorkView(t *testing.T) {
+	cands := backends("a", "b", "c", "d")
+	shared := map[string]float64{}
+	view := func(ids []string, w []float64) {
+		for i, id := range ids {
+			w[i] = shared[id]
+		}
+	}
+	b := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, fixedBindings(map[string]int{})),
+		WithWorkBound(0.25), WithWorkView(view))
+	var key string
+	for i := 0; ; i++ { // a key whose first choice is a
+		key = fmt.Sprint("k", i)
+		if got, _ := b.Place(key, cands, nil); got.ID == "a" {
+			break
+		}
+	}
+	// This replica sent a all the work; the view says nothing yet.
+	b.Carry("a", 50e3)
+	if got, _ := b.Place(key, cands, nil); got.ID != "a" {
+		t.Fatalf("placed on %s by this replica's own counts; the view has none", got.ID)
+	}
+	shared["a"], shared["b"] = 30e3, 10e3
+	if got, _ := b.Place(key, cands, nil); got.ID == "a" {
+		t.Fatal("the view has a at 3x the mean, and a still got the key")
+	}
+	// WorkAt shares what Carry counted, decayed to the instant asked.
+	var sent map[string]float64
+	collect := func(at time.Time) {
+		sent = map[string]float64{}
+		b.WorkAt(at, func(id string, v float64) { sent[id] += v })
+	}
+	collect(time.Now())
+	if len(sent) != 1 || math.Abs(sent["a"]-50e3) > 50 {
+		t.Fatalf("WorkAt now shared %v, want a: 50000", sent)
+	}
+	collect(time.Now().Add(WorkHalfLife))
+	if math.Abs(sent["a"]-25e3) > 50 {
+		t.Fatalf("WorkAt a half-life on shared %v, want a: 25000", sent)
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	sessionkey "github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // TestHashedPlacementIsBoundedByBindings: 40 new sessions whose keys all
@@ -114,8 +116,10 @@ func gossipStore(t *testing.T) string {
 // than 1.2 × the mean request bytes for every later placement, so the
 // short ones all go to their next choices, though it holds one binding
 // of 40. Bounded by bindings alone, it takes its share of them (about
-// 12). Redis is bounded by work unless workEpsilon is 10; gossip only
-// when workEpsilon is set.
+// 12). Both stores are bounded by work unless workEpsilon is 10; a gossip
+// ring's bound reads the ring's shared view, which holds the long
+// conversation from the next epoch on (gossip.DefaultWorkInterval plus
+// its grace).
 func TestHashedPlacementIsBoundedByWork(t *testing.T) {
 	ids := addrs(startBackends(t, 4))
 	keys := keysFirstOn(ids, "heavy-", 40)
@@ -124,10 +128,10 @@ func TestHashedPlacementIsBoundedByWork(t *testing.T) {
 		pool  string
 		work  bool
 	}{
-		"redis":               {redisStore, "", true},
-		"redis, out of reach": {redisStore, noWorkBound, false},
-		"gossip":              {gossipStore, "", false},
-		"gossip, workEpsilon": {gossipStore, "    affinity: {workEpsilon: 0.2}\n", true},
+		"redis":                {redisStore, "", true},
+		"redis, out of reach":  {redisStore, noWorkBound, false},
+		"gossip":               {gossipStore, "", true},
+		"gossip, out of reach": {gossipStore, noWorkBound, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			sc := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, c.store(t))+c.pool)
@@ -141,6 +145,14 @@ func TestHashedPlacementIsBoundedByWork(t *testing.T) {
 					r.Header.Set("X-Session-ID", k)
 				})
 				counts[r.backend]++
+				if i == 0 && strings.HasPrefix(name, "gossip") {
+					testkit.Eventually(t, 5*time.Second, "the ring's view of work to hold the long conversation", func() error {
+						if b := sc.metric(t, "tether_gossip_work_bytes"); b < 15_000 {
+							return fmt.Errorf("the view holds %v bytes", b)
+						}
+						return nil
+					})
+				}
 			}
 			n := counts["sim-0"]
 			if c.work && n != 1 {
@@ -159,44 +171,61 @@ func TestHashedPlacementIsBoundedByWork(t *testing.T) {
 	}
 }
 
-// TestRedisSettlesReplicasThatCountWorkApart: two replicas on one Redis,
-// one of them having sent a long conversation to sim-0, so that for new
-// keys whose first choice is sim-0 the two propose different backends. A
-// session's first turn on either and its next turn, at once, on the other
-// still meet on one backend: the first create wins in Redis before the
-// request is sent, and the other replica follows its binding.
-func TestRedisSettlesReplicasThatCountWorkApart(t *testing.T) {
-	ids := addrs(startBackends(t, 4))
-	keys := keysFirstOn(ids, "apart-", 11)
-	storeCfg := redisStore(t)
-	heavy := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeCfg))
-	light := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeCfg))
-	send := func(sc *sidecar, key, msgs string) string {
-		return chat(t, sc.url("default/m", "/v1/chat/completions"), msgs, func(r *http.Request) {
-			r.Header.Set("X-Session-ID", key)
-		}).backend
-	}
-	if got := send(heavy, keys[0], conversation(60)); got != "sim-0" {
-		t.Fatalf("the long conversation went to %s, not its first choice sim-0", got)
-	}
-	lightOnFirst, heavyOnFirst := 0, 0 // sessions placed on sim-0 by each
-	for i, k := range keys[1:] {
-		first, next, placedOnFirst := heavy, light, &heavyOnFirst
-		if i%2 == 1 {
-			first, next, placedOnFirst = light, heavy, &lightOnFirst
-		}
-		a := send(first, k, conversation(1))
-		if a == "sim-0" {
-			*placedOnFirst++
-		}
-		if b := send(next, k, conversation(2)); b != a {
-			t.Fatalf("session %s: first turn on %s, the next turn through the other replica on %s", k, a, b)
-		}
-	}
-	// The replicas proposed apart: the heavy one never chose sim-0, the
-	// light one did.
-	if heavyOnFirst != 0 || lightOnFirst == 0 {
-		t.Fatalf("sessions placed on sim-0: %d by the replica that sent it the long conversation, %d by the other; want none and some",
-			heavyOnFirst, lightOnFirst)
+// TestReplicasAgreeWhereWorkIsCounted: two replicas sharing a store, one
+// of them having sent a long conversation to sim-0, then new sessions
+// whose keys' first choice is sim-0: each session's first turn on either
+// replica and its next turn, at once, on the other meet on one backend.
+// On Redis the replicas count work apart and propose apart (the one that
+// sent the long conversation never chooses sim-0, the other does); the
+// first create wins in Redis before the request is sent, and the other
+// replica follows its binding. A gossip ring settles a race only once the
+// binding has gone round, so its replicas read one view of work that both
+// share: once it holds the long conversation, neither chooses sim-0.
+func TestReplicasAgreeWhereWorkIsCounted(t *testing.T) {
+	for _, kind := range []string{"redis", "gossip"} {
+		t.Run(kind, func(t *testing.T) {
+			ids := addrs(startBackends(t, 4))
+			keys := keysFirstOn(ids, "apart-", 11)
+			storeA, storeB := sharedStores(t, kind)
+			heavy := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeA))
+			light := startSidecar(t, configFor("default/m", ids, `[{type: Header, name: X-Session-ID}]`, storeB))
+			send := func(sc *sidecar, key, msgs string) string {
+				return chat(t, sc.url("default/m", "/v1/chat/completions"), msgs, func(r *http.Request) {
+					r.Header.Set("X-Session-ID", key)
+				}).backend
+			}
+			if got := send(heavy, keys[0], conversation(60)); got != "sim-0" {
+				t.Fatalf("the long conversation went to %s, not its first choice sim-0", got)
+			}
+			if kind == "gossip" {
+				testkit.Eventually(t, 10*time.Second, "both replicas' view of work to hold the long conversation", func() error {
+					for _, sc := range []*sidecar{heavy, light} {
+						if b := sc.metric(t, "tether_gossip_work_bytes"); b < 15_000 {
+							return fmt.Errorf("a view holds %v bytes", b)
+						}
+					}
+					return nil
+				})
+			}
+			lightOnFirst, heavyOnFirst := 0, 0 // sessions placed on sim-0 by each
+			for i, k := range keys[1:] {
+				first, next, placedOnFirst := heavy, light, &heavyOnFirst
+				if i%2 == 1 {
+					first, next, placedOnFirst = light, heavy, &lightOnFirst
+				}
+				a := send(first, k, conversation(1))
+				if a == "sim-0" {
+					*placedOnFirst++
+				}
+				if b := send(next, k, conversation(2)); b != a {
+					t.Fatalf("session %s: first turn on %s, the next turn through the other replica on %s", k, a, b)
+				}
+			}
+			wantLight := map[string]bool{"redis": true, "gossip": false}[kind]
+			if heavyOnFirst != 0 || (lightOnFirst > 0) != wantLight {
+				t.Fatalf("sessions placed on sim-0: %d by the replica that sent it the long conversation, %d by the other; want none and some (%v)",
+					heavyOnFirst, lightOnFirst, wantLight)
+			}
+		})
 	}
 }

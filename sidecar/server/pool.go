@@ -109,6 +109,7 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 		balOpts = append(balOpts, balance.WithExtraLoad(sc.ExtraLoad))
 		load, view.load = sc, sc
 	}
+	var sharer store.WorkSharer // the store this pool's work is shared through
 	if pc.Affinity.Placement != config.PlacementLeastLoaded {
 		eps := balance.DefaultHashEpsilon
 		if pc.Affinity.HashEpsilon != nil {
@@ -135,18 +136,23 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 			// of work differ still agree. A gossip ring settles it only once
 			// the binding has gone round, and a next turn that reaches
 			// another replica before it would go where that replica's own
-			// count points: there the bound waits for workEpsilon.
-			workEps, work := balance.DefaultWorkEpsilon, s.cfg.Store.Backend == config.StoreRedis
+			// count points: there the bound reads the ring's shared view.
+			workEps := balance.DefaultWorkEpsilon
 			if pc.Affinity.WorkEpsilon != nil {
-				workEps, work = *pc.Affinity.WorkEpsilon, true
+				workEps = *pc.Affinity.WorkEpsilon
 			}
-			if work {
-				balOpts = append(balOpts, balance.WithWorkBound(workEps))
+			balOpts = append(balOpts, balance.WithWorkBound(workEps))
+			if ws, ok := sh.store.(store.WorkSharer); ok {
+				balOpts = append(balOpts, balance.WithWorkView(ws.Work))
+				sharer = ws
 			}
 		}
 	}
 	bal := balance.New(balOpts...)
 	view.bal = bal
+	if sharer != nil {
+		sharer.ShareWork(bal.WorkAt)
+	}
 	ro := resolve.Options{
 		Pool: pc.Name, TTL: pc.SessionSticky.TTL(), PD: pc.Backends.IsPD(),
 		Store: sh.store, Backends: src, Balancer: bal, Outliers: outliers, Metrics: sh.metrics,

@@ -93,6 +93,18 @@ type BindingCounter interface {
 	CountBindings(ids []string, n []int)
 }
 
+// WorkSharer is implemented by stores that share each replica's recent
+// work per backend with the others (gossip), so that the work bound of
+// hashed placement reads the same view on every replica: Redis needs no
+// such view, its first create settles what replicas propose.
+type WorkSharer interface {
+	// ShareWork adds src to this replica's share of the view: src adds
+	// its recent request bytes per backend as of at.
+	ShareWork(src func(at time.Time, add func(id string, bytes float64)))
+	// Work sets w[i] to the view's recent request bytes on ids[i].
+	Work(ids []string, w []float64)
+}
+
 // ErrUnavailable wraps errors of a store that is temporarily not answering
 // (a breaker is open, a timeout passed).
 var ErrUnavailable = errors.New("store unavailable")

@@ -71,9 +71,12 @@ func (s *Store) sendAll(kind byte, ps []pair) {
 	for i, p := range ps {
 		recs[i] = toRecord(p, now)
 	}
-	msgs := pack(&message{Kind: kind, From: s.name}, recs, s.packetLimit)
+	s.sendEveryone(kindNames[kind], pack(&message{Kind: kind, From: s.name}, recs, s.packetLimit))
+}
+
+// sendEveryone sends msgs to every other member.
+func (s *Store) sendEveryone(label string, msgs [][]byte) {
 	ml := s.ml.Load()
-	label := kindNames[kind]
 	for _, n := range s.peers() {
 		for _, m := range msgs {
 			if err := ml.SendBestEffort(n, m); err != nil {
@@ -118,6 +121,9 @@ func (s *Store) receive(b []byte) {
 	switch m.Kind {
 	case kindSyncReq:
 		s.xfer.requested(m.From, m.SyncID)
+		return
+	case kindWork:
+		s.receiveWork(m)
 		return
 	case kindChunk:
 		s.met.chunks.WithLabelValues("received").Inc()

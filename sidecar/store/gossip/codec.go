@@ -16,10 +16,15 @@ import (
 // encryption is off): decode rejects, it never panics.
 //
 //	message := version(1) kind(1) from:str [syncID:uvarint [total:uvarint]] record*
+//	         | version(1) kindWork from:str epoch:uvarint work*
 //	record  := key(16) gen:uvarint created:varint ttl:uvarint flags(1) pod:str prefill:str
+//	work    := backend:str bytes:uvarint
 //	str     := len:uvarint bytes
 //
 // syncID is present for kindSyncReq and kindChunk, total for kindChunk.
+// kindWork carries a replica's recent work per backend (work.go); a
+// replica of a release before it drops the message as undecodable
+// (tether_gossip_decode_errors_total) and goes on.
 // ttl is the milliseconds the value has left on the sender's clock: each
 // replica turns it into an expiry on its own clock, so clock skew between
 // replicas does not shorten or stretch TTLs.
@@ -32,6 +37,7 @@ const (
 	kindRefresh byte = 2 // coalesced expiry extensions of live bindings
 	kindSyncReq byte = 3 // "stream me your state"
 	kindChunk   byte = 4 // one bounded piece of a state transfer
+	kindWork    byte = 5 // a replica's recent work per backend, as of an epoch
 )
 
 // Bounds a decoder enforces: the shape of a message. What a record may say
@@ -45,10 +51,13 @@ const (
 	// recordMax is the largest record: every varint at full length and
 	// both backend IDs at maxIDLen. Packets are sized so one always fits.
 	recordMax = 16 + 10 + 10 + 10 + 1 + 2*(2+maxIDLen)
+	// maxWorkEntries bounds the backends of one kindWork message (a
+	// packet holds a few dozen of real length).
+	maxWorkEntries = 1024
 )
 
 var kindNames = map[byte]string{
-	kindDelta: "delta", kindRefresh: "refresh", kindSyncReq: "sync_request", kindChunk: "chunk",
+	kindDelta: "delta", kindRefresh: "refresh", kindSyncReq: "sync_request", kindChunk: "chunk", kindWork: "work",
 }
 
 type message struct {
@@ -57,6 +66,15 @@ type message struct {
 	SyncID  uint64
 	Total   uint64 // kindChunk: on the transfer's end marker, how many chunks it sent (marker included); else 0
 	Records []record
+	Epoch   uint64      // kindWork
+	Work    []workEntry // kindWork
+}
+
+// workEntry is one backend's recent work in a kindWork message: request
+// bytes, decayed to the epoch's instant.
+type workEntry struct {
+	ID    string
+	Bytes uint64
 }
 
 type record struct {
@@ -89,8 +107,14 @@ func appendHeader(b []byte, m *message) []byte {
 	case kindChunk:
 		b = binary.AppendUvarint(b, m.SyncID)
 		b = binary.AppendUvarint(b, m.Total)
+	case kindWork:
+		b = binary.AppendUvarint(b, m.Epoch)
 	}
 	return b
+}
+
+func appendWork(b []byte, w workEntry) []byte {
+	return binary.AppendUvarint(appendString(b, w.ID), w.Bytes)
 }
 
 func appendRecord(b []byte, r record) []byte {
@@ -118,6 +142,9 @@ func encode(m *message) []byte {
 	for _, r := range m.Records {
 		b = appendRecord(b, r)
 	}
+	for _, w := range m.Work {
+		b = appendWork(b, w)
+	}
 	return b
 }
 
@@ -139,11 +166,16 @@ func newPacker(m *message, limit int, emit func([]byte) bool) *packer {
 
 // add appends r; it returns false once emit has refused a message.
 func (p *packer) add(r record) bool {
+	return p.addWith(func(b []byte) []byte { return appendRecord(b, r) })
+}
+
+// addWith appends what app appends (one record or work entry).
+func (p *packer) addWith(app func([]byte) []byte) bool {
 	if p.cur == nil {
 		p.cur = append(make([]byte, 0, p.limit), p.hdr...)
 	}
 	n := len(p.cur)
-	p.cur = appendRecord(p.cur, r)
+	p.cur = app(p.cur)
 	if len(p.cur) <= p.limit || n == len(p.hdr) {
 		return true
 	}
@@ -193,6 +225,22 @@ func decode(b []byte) (*message, error) {
 		m.SyncID = d.uvarint()
 	case kindChunk:
 		m.SyncID, m.Total = d.uvarint(), d.uvarint()
+	case kindWork:
+		m.Epoch = d.uvarint()
+		for d.err == nil && len(d.b) > 0 {
+			if len(m.Work) == maxWorkEntries {
+				return nil, fmt.Errorf("work message of over %d backends", maxWorkEntries)
+			}
+			w := workEntry{ID: d.string(maxIDLen), Bytes: d.uvarint()}
+			if d.err == nil && w.ID == "" {
+				d.fail(errors.New("work entry without backend"))
+			}
+			m.Work = append(m.Work, w)
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		return m, nil
 	default:
 		if d.err == nil {
 			return nil, fmt.Errorf("unknown kind %d", m.Kind)

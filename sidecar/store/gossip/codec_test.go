@@ -3,6 +3,7 @@ package gossip
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,8 @@ func TestCodecRoundTrip(t *testing.T) {
 		{Kind: kindSyncReq, From: "r", SyncID: 1 << 60},
 		{Kind: kindChunk, From: "r", SyncID: 7, Records: sampleRecords(2)},
 		{Kind: kindChunk, From: "r", SyncID: 7, Total: 12},
+		{Kind: kindWork, From: "r", Epoch: 1_764_000_000, Work: []workEntry{{"llama-decode-7f9c8d-x2k4p", 19_000}, {"sim-1", 0}}},
+		{Kind: kindWork, From: "r", Epoch: 1},
 	} {
 		got, err := decode(encode(m))
 		if err != nil {
@@ -63,12 +66,15 @@ func TestPackBounds(t *testing.T) {
 func TestDecodeRejects(t *testing.T) {
 	good := encode(&message{Kind: kindDelta, From: "n", Records: sampleRecords(1)})
 	cases := map[string][]byte{
-		"empty":         nil,
-		"version":       append([]byte{9}, good[1:]...),
-		"kind":          append([]byte{wireVersion, 77}, good[2:]...),
-		"truncated":     good[:len(good)-1],
-		"trailing junk": append(bytes.Clone(good), 0xff),
-		"long name":     append([]byte{wireVersion, kindDelta, 0xff, 0xff, 0x03}, make([]byte, 70000)...),
+		"empty":                nil,
+		"version":              append([]byte{9}, good[1:]...),
+		"kind":                 append([]byte{wireVersion, 77}, good[2:]...),
+		"truncated":            good[:len(good)-1],
+		"trailing junk":        append(bytes.Clone(good), 0xff),
+		"long name":            append([]byte{wireVersion, kindDelta, 0xff, 0xff, 0x03}, make([]byte, 70000)...),
+		"work without backend": encode(&message{Kind: kindWork, From: "n", Epoch: 1, Work: []workEntry{{"", 5}}}),
+		"work truncated":       encode(&message{Kind: kindWork, From: "n", Epoch: 1, Work: []workEntry{{"sim-0", 1 << 20}}})[:12],
+		"work of too many":     encode(&message{Kind: kindWork, From: "n", Epoch: 1, Work: slices.Repeat([]workEntry{{"s", 1}}, maxWorkEntries+1)}),
 	}
 	for name, b := range cases {
 		if _, err := decode(b); err == nil {
@@ -89,6 +95,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(&message{Kind: kindChunk, From: "n", SyncID: 3, Total: 2}))
 	f.Add(encode(&message{Kind: kindSyncReq, From: "n", SyncID: 3}))
 	f.Add([]byte{wireVersion, kindRefresh, 0})
+	f.Add(encode(&message{Kind: kindWork, From: "n", Epoch: 9, Work: []workEntry{{"sim-0", 1 << 40}, {"llama-prefill-0", 3}}}))
 	huge := sampleRecords(2)
 	huge[0].Gen, huge[1].TTL = 1<<63, maxTTL
 	f.Add(encode(&message{Kind: kindDelta, From: "n", Records: huge}))
@@ -99,6 +106,14 @@ func FuzzDecode(f *testing.F) {
 		}
 		if len(m.From) > maxNameLen {
 			t.Fatalf("node name of %d bytes", len(m.From))
+		}
+		if len(m.Work) > maxWorkEntries || m.Kind != kindWork && (m.Epoch != 0 || m.Work != nil) {
+			t.Fatalf("work out of the wire's bounds: kind %d, epoch %d, %d entries", m.Kind, m.Epoch, len(m.Work))
+		}
+		for _, w := range m.Work {
+			if w.ID == "" || len(w.ID) > maxIDLen {
+				t.Fatalf("work entry out of the wire's bounds: %+v", w)
+			}
 		}
 		const now = 1_000_000
 		for _, r := range m.Records {

@@ -19,7 +19,7 @@ type metrics struct {
 // newMetrics registers the store's metrics on reg (nil: unregistered, for
 // tests that run several stores in one process). members and bindings are
 // read at scrape time; insecure is a ring without a key.
-func newMetrics(reg prometheus.Registerer, insecure bool, members, bindings, evicted func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, insecure bool, members, bindings, evicted func() float64, work func() (int, float64)) *metrics {
 	const ns = "tether_gossip_"
 	m := &metrics{
 		msgsSent: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -57,7 +57,7 @@ func newMetrics(reg prometheus.Registerer, insecure bool, members, bindings, evi
 		}, []string{"result"}),
 	}
 	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: ns + "records_dropped_total", Help: "Records from the ring refused by this replica's limits, by reason: generation (above the maximum), unknown_backend (no pool here lists the backend), not_synced (discovery has no first view yet).",
+		Name: ns + "records_dropped_total", Help: "Records from the ring refused by this replica's limits, by reason: generation (above the maximum), unknown_backend (no pool here lists the backend), not_synced (discovery has no first view yet), work_report (a report of recent work of an epoch out of use, or from a non-member; its backends' entries count under unknown_backend and not_synced too).",
 	}, []string{"reason"})
 	m.recordsDropped = map[string]prometheus.Counter{}
 	for _, r := range dropReasons {
@@ -86,6 +86,12 @@ func newMetrics(reg prometheus.Registerer, insecure bool, members, bindings, evi
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: ns + "evictions_total", Help: "Bindings evicted because the store reached maxEntries.",
 		}, evicted),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: ns + "work_reporters", Help: "Members (this replica included) whose report of recent work counts in the view the work bound reads now.",
+		}, func() float64 { n, _ := work(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: ns + "work_bytes", Help: "Recent request bytes the ring's members sent to all backends, in the view the work bound reads now (halving every 30 s).",
+		}, func() float64 { _, b := work(); return b }),
 	)
 	return m
 }

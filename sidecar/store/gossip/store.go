@@ -65,6 +65,10 @@ type Options struct {
 	TransferTimeout time.Duration
 	// LeaveTimeout bounds the graceful leave in Close; 3s.
 	LeaveTimeout time.Duration
+	// WorkInterval is how often each replica reports its recent work
+	// per backend to the ring (work.go); 1s. WorkGrace is how long after
+	// an epoch its reports count in the view; 250ms.
+	WorkInterval, WorkGrace time.Duration
 	// StartupGrace is how long a replica that has met no synced member
 	// waits before it declares itself synced (transfer.go); 1s.
 	StartupGrace time.Duration
@@ -89,6 +93,8 @@ func (o *Options) setDefaults() {
 	def(&o.TransferTimeout, 10*time.Second)
 	def(&o.LeaveTimeout, 3*time.Second)
 	def(&o.StartupGrace, time.Second)
+	def(&o.WorkInterval, DefaultWorkInterval)
+	def(&o.WorkGrace, DefaultWorkGrace)
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = 32 << 10
 	}
@@ -142,6 +148,12 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// The ring's recent work per backend (work.go): this replica's
+	// sources, and every member's last reports, this one's included.
+	workMu      sync.Mutex
+	workSources []WorkSource
+	workReports map[string][]workReport
+
 	// hook, when set (tests, benchmarks), sees every remote value merged.
 	hook atomic.Pointer[func(key, applyResult)]
 }
@@ -167,20 +179,22 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options) (*Store, er
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	s := &Store{
-		opts:    opts,
-		log:     log,
-		name:    opts.NodeName + "-" + hex.EncodeToString(suffix),
-		st:      newState(cfg.MaxEntries, opts.Clock().UnixMilli()),
-		out:     make(chan pair, 4096),
-		others:  map[string]memberlist.Node{},
-		heard:   map[string]*atomic.Int64{},
-		repairs: make(chan repairSend, 256),
+		opts:        opts,
+		log:         log,
+		name:        opts.NodeName + "-" + hex.EncodeToString(suffix),
+		st:          newState(cfg.MaxEntries, opts.Clock().UnixMilli()),
+		out:         make(chan pair, 4096),
+		others:      map[string]memberlist.Node{},
+		heard:       map[string]*atomic.Int64{},
+		repairs:     make(chan repairSend, 256),
+		workReports: map[string][]workReport{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.met = newMetrics(opts.Reg, cfg.SecretKeyFile == "",
 		func() float64 { return float64(s.Members()) },
 		func() float64 { return float64(s.Len()) },
-		func() float64 { return float64(s.st.evicted.Load()) })
+		func() float64 { return float64(s.st.evicted.Load()) },
+		s.workView)
 	s.queue = &memberlist.TransmitLimitedQueue{NumNodes: s.Members, RetransmitMult: 3}
 	s.xfer = newTransfer(s)
 
@@ -213,7 +227,7 @@ func New(ctx context.Context, cfg *config.GossipStore, opts Options) (*Store, er
 			"anyone who can reach the gossip port can read and rewrite session bindings; set store.gossip.secretKeyFile")
 	}
 
-	s.start(s.sendLoop, s.sweepLoop, s.xfer.loop, s.xfer.serve, s.xfer.serve, s.rejoinLoop)
+	s.start(s.sendLoop, s.sweepLoop, s.xfer.loop, s.xfer.serve, s.xfer.serve, s.rejoinLoop, s.workLoop)
 	return s, nil
 }
 
@@ -440,6 +454,7 @@ func (d delegate) NotifyLeave(n *memberlist.Node) {
 	}
 	delete(d.s.heard, n.Name)
 	d.s.othersMu.Unlock()
+	d.s.forgetWork(n.Name)
 	d.s.xfer.left(*n, heard)
 }
 

@@ -48,9 +48,10 @@ const (
 	dropGeneration     = "generation"      // above store.MaxGeneration
 	dropUnknownBackend = "unknown_backend" // no pool here lists its backends
 	dropNotSynced      = "not_synced"      // discovery has no first view yet
+	dropWorkReport     = "work_report"     // a work report of an epoch out of use, or from a non-member (work.go)
 )
 
-var dropReasons = []string{dropGeneration, dropUnknownBackend, dropNotSynced}
+var dropReasons = []string{dropGeneration, dropUnknownBackend, dropNotSynced, dropWorkReport}
 
 // admit turns a record from the ring into the value this replica may merge,
 // or says why it is dropped. clamped reports an expiry cut to the limit.
