@@ -447,10 +447,9 @@ type Affinity struct {
 	// WorkEpsilon bounds hashed placement by the request bytes each
 	// backend was sent recently, decaying by half every 30 s (README
 	// "Placement"): a backend carrying more than (1+ε) × the mean is
-	// passed over. Shared stores only, as BindingEpsilon. nil is
-	// balance.DefaultWorkEpsilon (0.2) with the redis store and no work
-	// bound with gossip (its replicas would then disagree on a new
-	// session's backend until its binding has gone round the ring).
+	// passed over. Shared stores only, as BindingEpsilon (a gossip
+	// ring's replicas read one view of it that they share). nil is
+	// balance.DefaultWorkEpsilon (0.2).
 	WorkEpsilon *float64 `json:"workEpsilon,omitempty"`
 	// Policy is how soft affinity decides to move a pin (README
 	// "Affinity policy"); "" is PolicyThreshold.
