@@ -103,47 +103,32 @@ func (b *Balancer) place(key string, cands []discovery.Backend, usable func(disc
 		return discovery.Backend{}, false
 	}
 	bound := (1+b.epsilon)*sum/float64(len(cs)) + NearEqual
-	heldBound := math.Inf(1)
+	heldBound, workBound := math.Inf(1), math.Inf(1)
 	if bindings != nil {
 		ids, held := make([]string, len(cs)), make([]int, len(cs))
+		var work []float64 // only with the work bound: nil is all zeros to measure
+		if b.work != nil {
+			work = make([]float64, len(cs))
+		}
 		for j, c := range cs {
 			ids[j] = cands[c.i].ID
 		}
-		bindings(ids, held)
-		var total int
+		b.measure(ids, held, work, bindings)
+		var totalHeld int
+		var totalWork float64
 		for j := range cs {
 			cs[j].held = held[j]
-			total += held[j]
+			totalHeld += held[j]
+			if work != nil {
+				cs[j].work = work[j]
+				totalWork += work[j]
+			}
 		}
-		heldBound = (1+b.bindingEpsilon)*float64(total)/float64(len(cs)) + NearEqual
-	}
-	workBound := math.Inf(1)
-	if b.work != nil && bindings != nil {
+		heldBound = (1+b.bindingEpsilon)*float64(totalHeld)/float64(len(cs)) + NearEqual
 		// Bounded with the bindings, for the same reason: replicas' counts
 		// differ, and only a shared store settles what they propose.
-		var total float64
-		if b.workView != nil {
-			ids, work := make([]string, len(cs)), make([]float64, len(cs))
-			for j, c := range cs {
-				ids[j] = cands[c.i].ID
-			}
-			b.workView(ids, work)
-			for j := range cs {
-				cs[j].work = work[j]
-			}
-		} else {
-			now := b.now().Sub(b.epoch).Microseconds()
-			b.mu.Lock()
-			for j, c := range cs {
-				cs[j].work = b.work[cands[c.i].ID].as(now)
-			}
-			b.mu.Unlock()
-		}
-		for _, c := range cs {
-			total += c.work
-		}
-		if total > 0 {
-			workBound = (1 + b.workEpsilon) * total / float64(len(cs))
+		if b.work != nil && totalWork > 0 {
+			workBound = (1 + b.workEpsilon) * totalWork / float64(len(cs))
 		}
 	}
 	slices.SortFunc(cs, func(x, y cand) int { return cmp.Compare(y.weight, x.weight) })
@@ -177,6 +162,39 @@ func (b *Balancer) place(key string, cands []discovery.Backend, usable func(disc
 		return b.Pick(cands, usable)
 	}
 	return cands[cs[chosen].i], true
+}
+
+// Measures sets held[i] and work[i] to what the bindings and work bounds
+// read for backend ids[i] (zero for a bound the Balancer does not have):
+// live sessions, and recent request bytes (the shared view, with
+// WithWorkView). It reports which of the two bounds the Balancer has.
+func (b *Balancer) Measures(ids []string, held []int, work []float64) (bindings, recentWork bool) {
+	if !b.hash || b.bindings == nil {
+		clear(held)
+		clear(work)
+		return false, false
+	}
+	b.measure(ids, held, work, b.bindings)
+	return true, b.work != nil
+}
+
+// measure fills held from bindings and work from the view or this
+// Balancer's own counts (zero without WithWorkBound).
+func (b *Balancer) measure(ids []string, held []int, work []float64, bindings BindingCounter) {
+	bindings(ids, held)
+	switch {
+	case b.work == nil:
+		clear(work)
+	case b.workView != nil:
+		b.workView(ids, work)
+	default:
+		now := b.now().Sub(b.epoch).Microseconds()
+		b.mu.Lock()
+		for i, id := range ids {
+			work[i] = b.work[id].as(now)
+		}
+		b.mu.Unlock()
+	}
 }
 
 // Bounds of hashed placement, as WithPassedOver reports them.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -83,7 +84,8 @@ func (s *Server) debugConfig(w http.ResponseWriter, _ *http.Request) {
 // debugBackends answers GET /debug/backends: every pool's selectable
 // backends as discovery lists them now, with what this replica knows of
 // each: ejected by outlier detection (not selectable until the ejection
-// ends), requests in flight from here, and the load last scraped.
+// ends), requests in flight from here, the load last scraped, and what
+// the bounds of hashed placement read (live bindings, recent work).
 func (s *Server) debugBackends(w http.ResponseWriter, _ *http.Request) {
 	type load struct {
 		Waiting float64 `json:"waiting"`
@@ -102,6 +104,10 @@ func (s *Server) debugBackends(w http.ResponseWriter, _ *http.Request) {
 		Ejected    bool   `json:"ejected"`
 		InFlight   int64  `json:"inFlight"`
 		Load       *load  `json:"load,omitempty"`
+		// What the bindings and work bounds read (README "Placement"),
+		// where the pool has them.
+		Bindings   *int     `json:"bindings,omitempty"`
+		RecentWork *float64 `json:"recentWorkBytes,omitempty"`
 	}
 	type pool struct {
 		Name     string    `json:"name"`
@@ -115,12 +121,25 @@ func (s *Server) debugBackends(w http.ResponseWriter, _ *http.Request) {
 		set := p.src.Current()
 		pv := pool{Name: p.cfg.Name, Synced: p.src.Synced(), Backends: []backend{}}
 		add := func(list []discovery.Backend, role string) {
-			for _, b := range list {
+			ids := make([]string, len(list))
+			for i, b := range list {
+				ids[i] = b.ID
+			}
+			held, work := make([]int, len(list)), make([]float64, len(list))
+			hasBindings, hasWork := p.bal.Measures(ids, held, work)
+			for i, b := range list {
 				ejected := p.outliers.Ejected(b.ID)
 				bv := backend{ID: b.ID, Name: b.Name, Addr: b.Addr, Role: role, Group: b.Group,
 					Selectable: !ejected, Ejected: ejected, InFlight: p.bal.Outstanding(b.ID)}
 				if !b.Since.IsZero() {
 					bv.Since = b.Since.UTC().Format(time.RFC3339)
+				}
+				if hasBindings {
+					bv.Bindings = &held[i]
+				}
+				if hasWork {
+					w := math.Round(work[i])
+					bv.RecentWork = &w
 				}
 				if p.load != nil {
 					if smp, ok := p.load.Get(b.ID); ok {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -167,8 +168,43 @@ func TestHashedPlacementIsBoundedByWork(t *testing.T) {
 					t.Fatalf("metrics lack %q", want)
 				}
 			}
+			// /debug/backends shows what the bounds read: sim-0's bindings
+			// and the long conversation's bytes (most of it: the turn
+			// alone, decayed by at most a few seconds).
+			held, work := debugBounds(t, sc)
+			if held[ids[0]] != n || work[ids[0]] < 15_000 {
+				t.Fatalf("/debug/backends shows sim-0 with %d bindings and %v recent bytes; want %d and the long conversation's (over 15,000)",
+					held[ids[0]], work[ids[0]], n)
+			}
 		})
 	}
+}
+
+// debugBounds reads /debug/backends: each backend's bindings and recent
+// work as the bounds of hashed placement read them.
+func debugBounds(t *testing.T, sc *sidecar) (held map[string]int, work map[string]float64) {
+	t.Helper()
+	code, body := get(t, sc.admin("/debug/backends"))
+	var out struct {
+		Pools []struct {
+			Backends []struct {
+				ID              string
+				Bindings        *int
+				RecentWorkBytes *float64
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil || code != 200 || len(out.Pools) != 1 {
+		t.Fatalf("/debug/backends: %d %s (%v)", code, body, err)
+	}
+	held, work = map[string]int{}, map[string]float64{}
+	for _, b := range out.Pools[0].Backends {
+		if b.Bindings == nil || b.RecentWorkBytes == nil {
+			t.Fatalf("/debug/backends lacks what the bounds read: %s", body)
+		}
+		held[b.ID], work[b.ID] = *b.Bindings, *b.RecentWorkBytes
+	}
+	return held, work
 }
 
 // TestReplicasAgreeWhereWorkIsCounted: two replicas sharing a store, one

@@ -154,6 +154,10 @@ func TestDebugByKeyHashAndConfig(t *testing.T) {
 		!backends.Pools[0].Synced || len(backends.Pools[0].Backends) != 2 || !backends.Pools[0].Backends[0].Selectable {
 		t.Fatalf("/debug/backends: %d %s (%v)", code, body, err)
 	}
+	// A memory store's placement has no bindings or work bound to show.
+	if strings.Contains(body, `"bindings"`) || strings.Contains(body, `"recentWorkBytes"`) {
+		t.Fatalf("/debug/backends shows bounds a memory store does not have: %s", body)
+	}
 
 	if code, _ := get(t, sc.admin("/debug/pprof/cmdline")); code != 200 {
 		t.Fatalf("pprof: %d", code)
