@@ -58,13 +58,7 @@ func TestPlaceMovesOnlyTheSessionsOfALostBackend(t *testing.T) {
 func TestPlaceSkipsABackendAboveTheBound(t *testing.T) {
 	cands := backends("a", "b", "c", "d")
 	b := New(WithHashPlacement(DefaultHashEpsilon))
-	var key string
-	for i := 0; ; i++ { // a key whose first choice is a
-		key = fmt.Sprint("k", i)
-		if got, _ := b.Place(key, cands, nil); got.ID == "a" {
-			break
-		}
-	}
+	key := keyFirstOn(b, cands, "a")
 	// mean load 1.5 over four backends: the bound is 1.25×1.5+1 = 2.875.
 	for range 6 {
 		b.Acquire("a")
@@ -92,6 +86,17 @@ func TestPlaceSkipsABackendAboveTheBound(t *testing.T) {
 }
 
 // fixedBindings is a BindingCounter over a map (what a store would count).
+// keyFirstOn returns a session key that b, as it stands (before a test
+// loads its backends), places on backend id.
+func keyFirstOn(b *Balancer, cands []discovery.Backend, id string) string {
+	for i := 0; ; i++ {
+		key := fmt.Sprint("k", i)
+		if got, _ := b.Place(key, cands, nil); got.ID == id {
+			return key
+		}
+	}
+}
+
 func fixedBindings(m map[string]int) BindingCounter {
 	return func(ids []string, n []int) {
 		for i, id := range ids {
@@ -106,13 +111,7 @@ func TestPlaceSkipsABackendHoldingTooManyBindings(t *testing.T) {
 	var passed []string
 	b := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, fixedBindings(held)),
 		WithPassedOver(func(bound string) { passed = append(passed, bound) }))
-	var key string
-	for i := 0; ; i++ { // a key whose first choice is a
-		key = fmt.Sprint("k", i)
-		if got, _ := b.Place(key, cands, nil); got.ID == "a" {
-			break
-		}
-	}
+	key := keyFirstOn(b, cands, "a")
 	// 40 bindings, a mean of 10 per backend: the bound is 1.1×10+1 = 12.
 	held["a"], held["b"], held["c"], held["d"] = 12, 10, 9, 9
 	if got, _ := b.Place(key, cands, nil); got.ID != "a" {

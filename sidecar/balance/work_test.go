@@ -22,13 +22,7 @@ func TestPlaceSkipsABackendCarryingTooMuchWork(t *testing.T) {
 	bindings := fixedBindings(map[string]int{})
 	b := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, bindings),
 		WithWorkBound(0.25), WithPassedOver(func(bound string) { passed = append(passed, bound) }))
-	var key string
-	for i := 0; ; i++ { // a key whose first choice is a
-		key = fmt.Sprint("k", i)
-		if got, _ := b.Place(key, cands, nil); got.ID == "a" {
-			break
-		}
-	}
+	key := keyFirstOn(b, cands, "a")
 	// A mean of 8 KB a backend: the bound is 1.25 × 8 = 10.
 	setWork(b, map[string]float64{"a": 10e3, "b": 8e3, "c": 7e3, "d": 7e3})
 	if got, _ := b.Place(key, cands, nil); got.ID != "a" {
@@ -141,13 +135,7 @@ func TestPlaceReadsTheSharedWorkView(t *testing.T) {
 	}
 	b := New(WithHashPlacement(DefaultHashEpsilon), WithBindingBound(DefaultBindingEpsilon, fixedBindings(map[string]int{})),
 		WithWorkBound(0.25), WithWorkView(view))
-	var key string
-	for i := 0; ; i++ { // a key whose first choice is a
-		key = fmt.Sprint("k", i)
-		if got, _ := b.Place(key, cands, nil); got.ID == "a" {
-			break
-		}
-	}
+	key := keyFirstOn(b, cands, "a")
 	// This replica sent a all the work; the view says nothing yet.
 	b.Carry("a", 50e3)
 	if got, _ := b.Place(key, cands, nil); got.ID != "a" {

@@ -147,7 +147,11 @@ func (s *Store) reportWork(epoch int64) {
 	s.keepWork(s.name, epoch, bytes)
 	s.workMu.Unlock()
 	if len(bytes) == 0 {
-		return // nothing to say: peers' views count this replica as zero alike
+		// Nothing to say, and an idle replica sends nothing. Its peers
+		// count its last report for workStaleEpochs more, while its own
+		// view has it at zero: a difference of a byte or so per backend
+		// (WorkAt leaves out backends under one byte).
+		return
 	}
 	m := &message{Kind: kindWork, From: s.name, Epoch: uint64(epoch)}
 	var msgs [][]byte
