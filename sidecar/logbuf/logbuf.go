@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/logjson"
 )
 
 // Writer buffers writes to w. It is safe for concurrent use; each Write
@@ -158,6 +160,18 @@ type flushing struct {
 func (f *flushing) Handle(ctx context.Context, r slog.Record) error {
 	err := f.Handler.Handle(ctx, r)
 	if r.Level >= f.at {
+		if ferr := f.w.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// HandleAttrs is Handle for a record given as its parts
+// (logjson.AttrsHandler), passed on as such.
+func (f *flushing) HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	err := logjson.HandleAttrs(ctx, f.Handler, t, level, msg, attrs)
+	if level >= f.at {
 		if ferr := f.w.Flush(); err == nil {
 			err = ferr
 		}

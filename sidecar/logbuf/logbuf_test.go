@@ -2,7 +2,9 @@ package logbuf
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tetherproxy/tether/sidecar/logjson"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
@@ -148,6 +151,38 @@ func TestFlushAtWarn(t *testing.T) {
 	if n != 1 || !strings.Contains(got, `"msg":"routine"`) || !strings.Contains(got, `"msg":"something broke"`) ||
 		strings.Index(got, "routine") > strings.Index(got, "something broke") {
 		t.Fatalf("after a warning: %d writes %q, want both lines in order at once", n, got)
+	}
+}
+
+// TestFlushAtWarnGivenParts: the same for records handed over as their
+// parts (logjson.HandleAttrs, the access log's way), over logjson's
+// handler, which takes them so, and over slog's, which takes a record.
+func TestFlushAtWarnGivenParts(t *testing.T) {
+	for name, inner := range map[string]func(io.Writer) slog.Handler{
+		"logjson":          func(w io.Writer) slog.Handler { return logjson.New(w, nil) },
+		"slog.JSONHandler": func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, nil) },
+	} {
+		var under countingWriter
+		w := New(&under, 4096, time.Hour)
+		h := FlushAt(inner(w), w, slog.LevelWarn)
+		if _, ok := h.(logjson.AttrsHandler); !ok {
+			t.Fatalf("%s: FlushAt's handler takes no record as parts", name)
+		}
+		now := time.Now()
+		if err := logjson.HandleAttrs(context.Background(), h, now, slog.LevelInfo, "routine", []slog.Attr{slog.Int("status", 200)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, n := under.all(); n != 0 {
+			t.Fatalf("%s: an info line was written before its batch", name)
+		}
+		if err := logjson.HandleAttrs(context.Background(), h, now, slog.LevelWarn, "something broke", nil); err != nil {
+			t.Fatal(err)
+		}
+		got, n := under.all()
+		if n != 1 || !strings.Contains(got, `"msg":"routine","status":200`) || !strings.Contains(got, `"msg":"something broke"`) {
+			t.Fatalf("%s: after a warning: %d writes %q, want both lines at once", name, n, got)
+		}
+		w.Close()
 	}
 }
 

@@ -64,53 +64,110 @@ const maxPooled = 16 << 10
 
 // Handle writes r as one line.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
-	if !h.fast || !flat(r) {
-		return h.json.Handle(ctx, r)
+	if h.fast && r.NumAttrs() <= maxInline {
+		var inline [maxInline]slog.Attr
+		attrs := inline[:0]
+		r.Attrs(func(a slog.Attr) bool {
+			attrs = append(attrs, a)
+			return true
+		})
+		if ok, err := h.line(r.Time, r.Level, r.Message, attrs); ok {
+			return err
+		}
+	}
+	return h.json.Handle(ctx, r)
+}
+
+// maxInline is the most attributes Handle copies out of a record for the
+// fast path (the access line has about twenty).
+const maxInline = 40
+
+// HandleAttrs writes the record of t, level, msg and attrs as one line,
+// as Handle would, without the record: a slog.Record holds five
+// attributes inline and allocates a slice for the rest, most of a
+// kilobyte per access line (AttrsHandler).
+func (h *Handler) HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	if h.fast {
+		if ok, err := h.line(t, level, msg, attrs); ok {
+			return err
+		}
+	}
+	return h.json.Handle(ctx, record(t, level, msg, attrs))
+}
+
+// line writes the fast path's line and reports whether it could: a flat
+// record (flat), for a handler whose options allow it.
+func (h *Handler) line(t time.Time, level slog.Level, msg string, attrs []slog.Attr) (bool, error) {
+	if !flat(t, attrs) {
+		return false, nil
 	}
 	bp := buffers.Get().(*[]byte)
 	b := append((*bp)[:0], `{"time":"`...)
-	b = r.Time.Round(0).AppendFormat(b, time.RFC3339Nano)
+	b = t.Round(0).AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","level":`...)
-	b = appendString(b, r.Level.String())
+	b = appendString(b, level.String())
 	b = append(b, `,"msg":`...)
-	b = appendString(b, r.Message)
-	r.Attrs(func(a slog.Attr) bool {
+	b = appendString(b, msg)
+	for _, a := range attrs {
 		b = append(b, ',')
 		b = appendString(b, a.Key)
 		b = append(b, ':')
 		b = appendValue(b, a.Value)
-		return true
-	})
+	}
 	b = append(b, '}', '\n')
 	_, err := h.w.Write(b)
 	if cap(b) <= maxPooled {
 		*bp = b
 		buffers.Put(bp)
 	}
-	return err
+	return true, err
 }
 
-// flat reports whether the fast path formats r exactly as the
-// JSONHandler would: a time it writes as RFC 3339, and attributes with a
-// key, of kinds written without reflection (no NaN or infinity, which
-// it reports as errors).
-func flat(r slog.Record) bool {
-	if y := r.Time.Year(); r.Time.IsZero() || y < 0 || y >= 10000 {
+// AttrsHandler is a handler that writes a record given as its parts
+// (Handler, and wrappers of one that pass them on), sparing the caller
+// a slog.Record.
+type AttrsHandler interface {
+	HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error
+}
+
+// HandleAttrs writes the record of t, level, msg and attrs through h:
+// as its parts when h is an AttrsHandler, as a slog.Record otherwise.
+func HandleAttrs(ctx context.Context, h slog.Handler, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	if ah, ok := h.(AttrsHandler); ok {
+		return ah.HandleAttrs(ctx, t, level, msg, attrs)
+	}
+	return h.Handle(ctx, record(t, level, msg, attrs))
+}
+
+func record(t time.Time, level slog.Level, msg string, attrs []slog.Attr) slog.Record {
+	r := slog.NewRecord(t, level, msg, 0)
+	r.AddAttrs(attrs...)
+	return r
+}
+
+// flat reports whether the fast path formats a record of t and attrs
+// exactly as the JSONHandler would: a time it writes as RFC 3339, and
+// attributes with a key, of kinds written without reflection (no NaN or
+// infinity, which it reports as errors).
+func flat(t time.Time, attrs []slog.Attr) bool {
+	if y := t.Year(); t.IsZero() || y < 0 || y >= 10000 {
 		return false
 	}
-	ok := true
-	r.Attrs(func(a slog.Attr) bool {
+	for _, a := range attrs {
 		switch v := a.Value; v.Kind() {
 		case slog.KindString, slog.KindInt64, slog.KindUint64, slog.KindBool:
 		case slog.KindFloat64:
-			ok = !math.IsNaN(v.Float64()) && !math.IsInf(v.Float64(), 0)
+			if math.IsNaN(v.Float64()) || math.IsInf(v.Float64(), 0) {
+				return false
+			}
 		default:
-			ok = false
+			return false
 		}
-		ok = ok && a.Key != ""
-		return ok
-	})
-	return ok
+		if a.Key == "" {
+			return false
+		}
+	}
+	return true
 }
 
 func appendValue(b []byte, v slog.Value) []byte {

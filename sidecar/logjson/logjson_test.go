@@ -7,19 +7,33 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 )
 
-// both formats r with a Handler and with slog.JSONHandler.
+// both formats r with a Handler and with slog.JSONHandler. The
+// Handler's HandleAttrs, given r's parts, must write what its Handle
+// writes.
 func both(t testing.TB, r slog.Record) (got, want string) {
 	t.Helper()
-	var a, b bytes.Buffer
+	var a, b, c bytes.Buffer
 	if err := New(&a, nil).Handle(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
 	if err := slog.NewJSONHandler(&b, nil).Handle(context.Background(), r); err != nil {
 		t.Fatal(err)
+	}
+	var attrs []slog.Attr
+	r.Attrs(func(a slog.Attr) bool {
+		attrs = append(attrs, a)
+		return true
+	})
+	if err := HandleAttrs(context.Background(), New(&c, nil), r.Time, r.Level, r.Message, attrs); err != nil {
+		t.Fatal(err)
+	}
+	if c.String() != a.String() {
+		t.Fatalf("HandleAttrs:\n got %s\nwant %s (Handle's)", c.String(), a.String())
 	}
 	return a.String(), b.String()
 }
@@ -61,6 +75,13 @@ func TestSameAsJSONHandler(t *testing.T) {
 		if got, want := both(t, r); got != want {
 			t.Errorf("float %g:\n got %s\nwant %s", f, got, want)
 		}
+	}
+	many := slog.NewRecord(now, slog.LevelInfo, "more attributes than Handle copies", 0)
+	for i := range maxInline + 5 {
+		many.AddAttrs(slog.Int(strconv.Itoa(i), i))
+	}
+	if got, want := both(t, many); got != want {
+		t.Errorf("%d attributes:\n got %s\nwant %s", many.NumAttrs(), got, want)
 	}
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for range 2000 {
@@ -169,6 +190,14 @@ func BenchmarkAccessLine(b *testing.B) {
 			}
 		})
 	}
+	// The proxy's way: the line's parts, no record (no attribute slice).
+	b.Run("logjson.HandleAttrs", func(b *testing.B) {
+		h := New(discard{}, nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = HandleAttrs(context.Background(), h, time.Now(), slog.LevelInfo, "request", attrs)
+		}
+	})
 }
 
 type discard struct{}

@@ -84,7 +84,7 @@ func printable(s string) bool {
 // describe the original request) or describing this hop otherwise,
 // Forwarded removed, routing headers stripped, query parameters net/url
 // cannot parse dropped. target aims it at each attempt's backend.
-func (x *exchange) outbound(ctx context.Context, body []byte) (*http.Request, error) {
+func (x *exchange) outbound(out *http.Request, body []byte) (*http.Request, error) {
 	in := x.in
 	h := in.Header
 	if h == nil {
@@ -133,13 +133,15 @@ func (x *exchange) outbound(ctx context.Context, body []byte) (*http.Request, er
 	}
 	x.h.stripRouting(h)
 
-	out := in.WithContext(ctx)
 	x.outURL = *in.URL
 	x.outURL.RawQuery = cleanQuery(x.outURL.RawQuery)
 	out.URL = &x.outURL
 	out.Close = false
 	if len(body) > 0 {
-		out.ContentLength, out.GetBody = int64(len(body)), x.rewind
+		out.ContentLength, out.GetBody = int64(len(body)), nil
+		if x.pool.bounded == nil {
+			out.GetBody = x.rewind // upstream never replays a body
+		}
 	} else {
 		// No body at all (ReverseProxy's too: a transport may then replay
 		// the request on a connection that turned out dead).
@@ -187,7 +189,7 @@ func (x *exchange) attempt(out *http.Request) {
 		x.reqBody.Reset(x.reqBytes)
 		// The transport (package upstream) writes the headers and a body
 		// that fits its buffer in one syscall, whatever the reader.
-		out.Body = io.NopCloser(&x.reqBody)
+		out.Body = &x.reqBody
 	}
 	target(out, x)
 	x.informational.Lock()
@@ -306,10 +308,11 @@ func mediaType(ct string) string {
 	return strings.ToLower(strings.TrimSpace(ct))
 }
 
-// got1xx relays an informational response (103 Early Hints; 100 Continue
-// when the backend sends one) to the client, unless the round trip has
-// returned: a transport of net/http's may call it from its own goroutine.
-func (x *exchange) got1xx(code int, header textproto.MIMEHeader) error {
+// Got1xxResponse relays an informational response (103 Early Hints; 100
+// Continue when the backend sends one) to the client, unless the round
+// trip has returned: a transport of net/http's may call it from its own
+// goroutine (upstream.Observer).
+func (x *exchange) Got1xxResponse(code int, header textproto.MIMEHeader) error {
 	x.informational.Lock()
 	defer x.informational.Unlock()
 	if !x.roundTripping {

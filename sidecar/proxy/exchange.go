@@ -13,8 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherproxy/tether/sidecar/logjson"
 	"github.com/tetherproxy/tether/sidecar/outlier"
+	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/resolve"
+	"github.com/tetherproxy/tether/sidecar/upstream"
 	"github.com/tetherproxy/tether/sidecar/usage"
 )
 
@@ -55,7 +58,11 @@ type exchange struct {
 	d        *resolve.Decision // the current attempt's
 	held     string            // the backend the balancer counts the current attempt on; "" for none
 	reqBytes []byte
-	reqBody  bytes.Reader // reqBytes, read by the current attempt
+	reqBody  bodyReader    // reqBytes, read by the current attempt
+	fields   *reqbody.Body // the body's fields, parsed once
+	// ctx is the request's context as the handler passes it on (to the
+	// resolver and the transport), answering for the exchange's values.
+	ctx exchangeContext
 	// pinned: the resolver refused to move the request (resolve.ErrPinned:
 	// the stored response it names is on its backend only).
 	pinned bool
@@ -122,6 +129,39 @@ type failedAttempt struct {
 
 type exchangeKey struct{}
 
+// exchangeContext is the client's request context (its cancellation,
+// deadline and values) with the exchange's own values answered from the
+// exchange: the body's fields (body sources, the pool's model), the
+// exchange itself (the first-byte timeout) and the round trip's Observer
+// (upstream's hooks). A context.WithValue for each, and an
+// httptrace.ClientTrace with a closure per hook, cost five allocations
+// per request and a longer chain for every lookup. It lives in the
+// exchange; the cancelation of contexts made from it still takes
+// context's own path (Value passes context's private keys on to the
+// client's context, so a child finds its cancelCtx).
+type exchangeContext struct {
+	context.Context
+	x *exchange
+}
+
+func (c *exchangeContext) Value(key any) any {
+	switch key.(type) {
+	case reqbody.ContextKey:
+		return c.x.fields
+	case exchangeKey:
+		return c.x
+	case upstream.ObserverKey:
+		return c.x
+	}
+	return c.Context.Value(key)
+}
+
+// bodyReader is the request body as an attempt's transport reads it:
+// io.NopCloser would box the reader anew for every attempt.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
 // upstreamBody is the backend's response body as the attempt reads
 // it; err is the first read error other than its end. scan, when set,
 // sees every byte read, before the client does.
@@ -155,19 +195,25 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 // times), unless the resolver pins the request to the first
 // (resolve.ErrPinned). Every attempt's result goes to the pool's outlier
 // detection.
-func (x *exchange) forward(d *resolve.Decision, body []byte) {
+//
+// r is the handler's copy of the client's request, carrying x.ctx: it
+// becomes the backends' request (outbound), while x.in stays as the
+// client sent it, for the access log.
+func (x *exchange) forward(d *resolve.Decision, r *http.Request, body []byte) {
 	p := x.pool
 	x.reqBytes = body
-	x.trace.GotConn = x.gotConn
-	x.trace.Got1xxResponse = x.got1xx
 	if p.bounded == nil {
+		// A transport other than upstream learns nothing of an Observer,
+		// and the first-byte clock lives in the trace's hooks.
+		x.trace.GotConn = x.GotConn
+		x.trace.Got1xxResponse = x.Got1xxResponse
 		x.clock.hook(&x.trace)
+		r = r.WithContext(httptrace.WithClientTrace(r.Context(), &x.trace))
 	}
-	ctx := httptrace.WithClientTrace(context.WithValue(x.in.Context(), exchangeKey{}, x), &x.trace)
 	inflight := p.m.inFlight()
 	inflight.Inc()
 	defer inflight.Dec()
-	out, err := x.outbound(ctx, body)
+	out, err := x.outbound(r, body)
 	for {
 		x.begin(d)
 		if err != nil {
@@ -281,7 +327,8 @@ func (x *exchange) rewind() (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(x.reqBytes)), nil
 }
 
-func (x *exchange) gotConn(info httptrace.GotConnInfo) { x.conn, x.reused = true, info.Reused }
+// GotConn notes the connection an attempt got (upstream.Observer).
+func (x *exchange) GotConn(info httptrace.GotConnInfo) { x.conn, x.reused = true, info.Reused }
 
 // answered is called with the backend's response headers.
 func (x *exchange) answered(resp *http.Response) {
@@ -517,9 +564,7 @@ func (h *Handler) logAccess(ctx context.Context, now time.Time, attrs []slog.Att
 	if !lh.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	r := slog.NewRecord(now, slog.LevelInfo, "request", 0)
-	r.AddAttrs(attrs...)
-	_ = lh.Handle(ctx, r)
+	_ = logjson.HandleAttrs(ctx, lh, now, slog.LevelInfo, "request", attrs)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -535,3 +580,5 @@ func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
+
+var _ upstream.Observer = (*exchange)(nil)

@@ -232,9 +232,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	rb := h.o.Body.Of(body)
-	r = r.WithContext(reqbody.NewContext(r.Context(), rb))
-	pool, status, msg := h.pool(rb)
+	x.fields = h.o.Body.Of(body)
+	x.ctx = exchangeContext{Context: r.Context(), x: x}
+	r = r.WithContext(&x.ctx) // the handler's own copy, the backends' request to be
+	pool, status, msg := h.pool(x.fields)
 	if pool == nil {
 		writeError(x, status, msg)
 		return
@@ -261,7 +262,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	x.forward(d, body)
+	x.forward(d, r, body)
 }
 
 // pool picks the pool of a request: the only one on the listener, or the

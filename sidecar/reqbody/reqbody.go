@@ -131,16 +131,20 @@ func (b *Body) IsObject() bool {
 	return s != nil && s.IsObject()
 }
 
-type ctxKey struct{}
+// ContextKey is the key a context carries a Body under. NewContext
+// makes such a context; a context type of the caller's own may answer
+// the key itself (the proxy's exchange does, saving a context per
+// request).
+type ContextKey struct{}
 
 // NewContext returns ctx carrying b.
 func NewContext(ctx context.Context, b *Body) context.Context {
-	return context.WithValue(ctx, ctxKey{}, b)
+	return context.WithValue(ctx, ContextKey{}, b)
 }
 
 // FromContext returns the Body ctx carries, or nil (whose reads yield nothing).
 func FromContext(ctx context.Context) *Body {
-	b, _ := ctx.Value(ctxKey{}).(*Body)
+	b, _ := ctx.Value(ContextKey{}).(*Body)
 	return b
 }
 

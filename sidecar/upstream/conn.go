@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/textproto"
 	"os"
 	"sync/atomic"
@@ -71,9 +70,9 @@ func (c *conn) abort() {
 
 // roundTrip writes req on c and reads the response headers, for at most
 // headerTimeout after the request is written when that is positive.
-func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrace.ClientTrace, headerTimeout time.Duration) (*http.Response, error) {
+func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, headerTimeout time.Duration) (*http.Response, error) {
 	stop := context.AfterFunc(ctx, c.abortFn)
-	handled, err := writeRequest(c.bw, req, trace) // calls trace.WroteRequest; closes req.Body
+	handled, err := writeRequest(c.bw, req, h.trace) // calls trace.WroteRequest; closes req.Body
 	if !handled {
 		err = req.Write(oneWrite{c.bw}) // the same
 	}
@@ -85,7 +84,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrac
 		// closed; that answer is the request's, as net/http's is.
 		if ctx.Err() == nil {
 			_ = c.nc.SetReadDeadline(time.Now().Add(earlyResponseWait))
-			if resp, rerr := c.readResponse(req, trace); rerr == nil {
+			if resp, rerr := c.readResponse(req, h); rerr == nil {
 				_ = c.nc.SetReadDeadline(time.Time{})
 				resp.Close = true
 				return c.withBody(resp, req, stop), nil
@@ -98,7 +97,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrac
 	if headerTimeout > 0 {
 		_ = c.nc.SetReadDeadline(time.Now().Add(headerTimeout))
 	}
-	resp, err := c.readResponse(req, trace)
+	resp, err := c.readResponse(req, h)
 	if err != nil {
 		stop()
 		c.nc.Close()
@@ -114,8 +113,8 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, trace *httptrac
 }
 
 // readResponse reads the final response's headers, skipping 100 Continue
-// and passing other 1xx responses to the trace.
-func (c *conn) readResponse(req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+// and passing other 1xx responses to the hooks.
+func (c *conn) readResponse(req *http.Request, h hooks) (*http.Response, error) {
 	c.in.n = c.t.o.MaxHeaderBytes
 	defer func() { c.in.n = -1 }()
 	for n1xx := 0; ; n1xx++ {
@@ -130,8 +129,8 @@ func (c *conn) readResponse(req *http.Request, trace *httptrace.ClientTrace) (*h
 		if n1xx == max1xx {
 			return nil, errors.New("upstream: too many 1xx informational responses")
 		}
-		if code != http.StatusContinue && trace != nil && trace.Got1xxResponse != nil {
-			if err := trace.Got1xxResponse(code, textproto.MIMEHeader(resp.Header)); err != nil {
+		if code != http.StatusContinue {
+			if err := h.got1xx(code, textproto.MIMEHeader(resp.Header)); err != nil {
 				return nil, err
 			}
 		}

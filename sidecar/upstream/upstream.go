@@ -17,7 +17,7 @@
 // proxies from the environment, compression, Expect: 100-continue waits
 // (the body is sent at once; a 100 Continue is skipped), and the
 // connection trace hooks other than GotConn, WroteRequest and
-// Got1xxResponse.
+// Got1xxResponse (the first and last also as an Observer, hooks.go).
 package upstream
 
 import (
@@ -107,7 +107,7 @@ func (t *Transport) RoundTripHeaderTimeout(req *http.Request, d time.Duration) (
 		return nil, err
 	}
 	ctx := req.Context()
-	trace := httptrace.ContextClientTrace(ctx)
+	h := hooksOf(ctx)
 	c, err := t.get(ctx, addr)
 	if err != nil {
 		closeBody(req)
@@ -116,10 +116,8 @@ func (t *Transport) RoundTripHeaderTimeout(req *http.Request, d time.Duration) (
 		}
 		return nil, err
 	}
-	if trace != nil && trace.GotConn != nil {
-		trace.GotConn(httptrace.GotConnInfo{Conn: c.nc, Reused: c.reused, WasIdle: c.reused})
-	}
-	return c.roundTrip(ctx, req, trace, d)
+	h.gotConn(httptrace.GotConnInfo{Conn: c.nc, Reused: c.reused, WasIdle: c.reused})
+	return c.roundTrip(ctx, req, h, d)
 }
 
 // hostPort is the address a request URL names, with HTTP's default port.

@@ -1,0 +1,51 @@
+package upstream
+
+import (
+	"context"
+	"net/http/httptrace"
+	"net/textproto"
+)
+
+// Observer is told what a round trip met, as httptrace.ClientTrace's
+// GotConn and Got1xxResponse are, by a context that answers ObserverKey
+// with it. A caller's per-request state that implements it costs no
+// closure and no context value per request, where a ClientTrace costs
+// both (README "The hop's cost"). A context that carries both is told
+// through the Observer only; the trace's other hooks still apply.
+type Observer interface {
+	GotConn(httptrace.GotConnInfo)
+	Got1xxResponse(code int, header textproto.MIMEHeader) error
+}
+
+// ObserverKey is the context key an Observer is found under.
+type ObserverKey struct{}
+
+// hooks are the round trip's: the context's Observer, else its trace's.
+type hooks struct {
+	obs   Observer
+	trace *httptrace.ClientTrace // for WroteRequest, and the rest without obs
+}
+
+func hooksOf(ctx context.Context) hooks {
+	obs, _ := ctx.Value(ObserverKey{}).(Observer)
+	return hooks{obs: obs, trace: httptrace.ContextClientTrace(ctx)}
+}
+
+func (h hooks) gotConn(info httptrace.GotConnInfo) {
+	switch {
+	case h.obs != nil:
+		h.obs.GotConn(info)
+	case h.trace != nil && h.trace.GotConn != nil:
+		h.trace.GotConn(info)
+	}
+}
+
+func (h hooks) got1xx(code int, header textproto.MIMEHeader) error {
+	switch {
+	case h.obs != nil:
+		return h.obs.Got1xxResponse(code, header)
+	case h.trace != nil && h.trace.Got1xxResponse != nil:
+		return h.trace.Got1xxResponse(code, header)
+	}
+	return nil
+}
