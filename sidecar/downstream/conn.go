@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 // A connection's states, for Shutdown: it closes new and idle ones, and
@@ -38,6 +40,7 @@ type conn struct {
 	bw       *bufio.Writer // over nc
 	w        response      // the request in progress; reused
 	body     requestBody   // its body; reused
+	fixed    httphead.Body // the bytes of a body httphead framed; reused
 	watch    watch
 	// lastMethod is the previous request's method: after a POST, stray
 	// line breaks before the next request are skipped (RFC 9112 section
@@ -144,7 +147,7 @@ func (c *conn) readRequest() (*http.Request, error) {
 		}
 		_, _ = c.br.Discard(n)
 	}
-	req, err := http.ReadRequest(c.br)
+	req, parsed, err := c.readHead()
 	hit := c.in.unlimit()
 	if err != nil {
 		if hit {
@@ -163,6 +166,9 @@ func (c *conn) readRequest() (*http.Request, error) {
 		return nil, statusError{http.StatusBadRequest, "malformed Host header"}
 	}
 	for k, vv := range req.Header {
+		if parsed {
+			break // httphead took only valid names and values
+		}
 		if !httpguts.ValidHeaderFieldName(k) {
 			return nil, statusError{http.StatusBadRequest, "invalid header name"}
 		}
@@ -176,6 +182,26 @@ func (c *conn) readRequest() (*http.Request, error) {
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 	return req, nil
+}
+
+// readHead reads the next request's head: by httphead, from the buffer,
+// when the buffer holds all of it in a shape httphead takes (it reports
+// parsed then), by http.ReadRequest otherwise. Either way the request is
+// what http.ReadRequest makes of it.
+func (c *conn) readHead() (req *http.Request, parsed bool, err error) {
+	if buf, _ := c.br.Peek(c.br.Buffered()); len(buf) > 0 {
+		if req, n, ok := httphead.Request(buf); ok {
+			_, _ = c.br.Discard(n)
+			req.Body = http.NoBody
+			if req.ContentLength > 0 {
+				c.fixed.Reset(c.br, req.ContentLength)
+				req.Body = &c.fixed
+			}
+			return req, true, nil
+		}
+	}
+	req, err = http.ReadRequest(c.br)
+	return req, false, err
 }
 
 // refuse answers a request that could not be read, as net/http does

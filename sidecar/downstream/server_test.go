@@ -283,3 +283,24 @@ func TestFlushSendsEachEvent(t *testing.T) {
 		next <- struct{}{}
 	}
 }
+
+// TestProxiedRequestsAreParsedInPlace: a router's request, and the next
+// on the same connection, are read by httphead from the buffer, their
+// bodies framed by the connection's reused reader (a change that sent
+// them all back to http.ReadRequest would pass every other test).
+func TestProxiedRequestsAreParsedInPlace(t *testing.T) {
+	const one = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Type: application/json\r\nX-Session-ID: s-1\r\nContent-Length: 2\r\n\r\n{}"
+	c := &conn{br: bufio.NewReader(strings.NewReader(one + one))}
+	for i := range 2 {
+		if _, err := c.br.Peek(1); err != nil {
+			t.Fatal(err)
+		}
+		req, parsed, err := c.readHead()
+		if err != nil || !parsed {
+			t.Fatalf("request %d: parsed %v, %v", i, parsed, err)
+		}
+		if b, _ := io.ReadAll(req.Body); string(b) != "{}" || req.Body != &c.fixed || req.Header.Get("X-Session-Id") != "s-1" {
+			t.Fatalf("request %d: body %q (%T), header %v", i, b, req.Body, req.Header)
+		}
+	}
+}

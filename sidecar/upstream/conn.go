@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 // max1xx bounds the informational responses before the final one (as
@@ -118,7 +120,7 @@ func (c *conn) readResponse(req *http.Request, h hooks) (*http.Response, error) 
 	c.in.n = c.t.o.MaxHeaderBytes
 	defer func() { c.in.n = -1 }()
 	for n1xx := 0; ; n1xx++ {
-		resp, err := http.ReadResponse(c.br, req)
+		resp, err := c.readHead(req)
 		if err != nil {
 			return nil, err
 		}
@@ -135,6 +137,29 @@ func (c *conn) readResponse(req *http.Request, h hooks) (*http.Response, error) 
 			}
 		}
 	}
+}
+
+// readHead reads a response head: by httphead, from what the first read
+// buffered, when that holds all of it in a shape httphead takes (its
+// Body is then nil, for withBody to frame), by http.ReadResponse
+// otherwise. Either way the response is what http.ReadResponse makes of
+// it.
+func (c *conn) readHead(req *http.Request) (*http.Response, error) {
+	if _, err := c.br.Peek(1); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // as ReadResponse's
+		}
+		return nil, err
+	}
+	buf, _ := c.br.Peek(c.br.Buffered())
+	if resp, n, ok := httphead.Response(buf, req); ok {
+		_, _ = c.br.Discard(n)
+		if resp.ContentLength == 0 {
+			resp.Body = http.NoBody
+		}
+		return resp, nil
+	}
+	return http.ReadResponse(c.br, req)
 }
 
 // failure is the error of an attempt whose connection failed: the
@@ -158,6 +183,10 @@ func (c *conn) withBody(resp *http.Response, req *http.Request, stop func() bool
 		return resp
 	}
 	b := &body{c: c, rc: resp.Body, stop: stop, keep: !resp.Close && !req.Close}
+	if resp.Body == nil { // httphead's: ContentLength bytes on c
+		b.fixed.Reset(c.br, resp.ContentLength)
+		b.rc = &b.fixed
+	}
 	if resp.Body == http.NoBody {
 		b.end()
 	}
@@ -224,9 +253,11 @@ func (l *limitReader) Read(p []byte) (int, error) {
 
 // body is a response body on a pooled connection.
 type body struct {
-	c    *conn
-	rc   io.ReadCloser // ReadResponse's body, reading c.br
-	stop func() bool   // unregisters the context's abort
+	c  *conn
+	rc io.ReadCloser // ReadResponse's body, or fixed, reading c.br
+	// fixed frames a body httphead's head announced.
+	fixed httphead.Body
+	stop  func() bool // unregisters the context's abort
 	// keep: neither side asked to close the connection.
 	keep bool
 	// done: c was given back or closed; reads return EOF or err.

@@ -548,3 +548,16 @@ func TestRequestLeavesInOneWrite(t *testing.T) {
 		t.Errorf("the request took %d writes, want 1", n)
 	}
 }
+
+// TestResponsesAreParsedInPlace: a model server's answer is read by
+// httphead and its body framed in the round trip's own body (a change
+// that sent it back to http.ReadResponse would pass every other test).
+func TestResponsesAreParsedInPlace(t *testing.T) {
+	raw := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nDate: Thu, 03 Dec 2026 21:00:00 GMT\r\nContent-Length: 2\r\n\r\n{}"
+	c := &conn{br: bufio.NewReader(strings.NewReader(raw))}
+	req, _ := http.NewRequest(http.MethodPost, "http://b/v1/chat/completions", nil)
+	resp, err := c.readHead(req)
+	if err != nil || resp.Body != nil || resp.ContentLength != 2 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("got %+v, %v; want httphead's response (no Body yet, ContentLength 2)", resp, err)
+	}
+}

@@ -1,0 +1,266 @@
+package httphead
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"reflect"
+	"testing"
+)
+
+// requestSeeds are heads Request must take (the first part) or leave to
+// net/http (the second), and the fuzzers' seeds.
+var (
+	takenRequests = []string{
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Type: application/json\r\nX-Session-ID: s-42\r\nContent-Length: 17\r\n\r\n{\"model\":\"llama\"}",
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /x?q=1&session_id=abc HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+		"GET /x HTTP/1.0\r\n\r\n",
+		"GET http://other/p HTTP/1.1\r\nHost: ignored\r\nx-lower-case: v\r\nCONTENT-length:  3 \t\r\n\r\nabcdef",
+		"POST / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nPragma: no-cache\r\nContent-Length: 0\r\nA: 1\r\nA: 2\r\nEmpty:\r\nObs: caf\xc3\xa9\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nshort",
+		"DELETE /a%20b HTTP/1.1\r\nhost: a\r\nTrailer: X\r\nCookie: a=b; c=d\r\nAuthorization: Bearer x.y.z\r\n\r\n",
+	}
+	leftRequests = []string{
+		"GET / HTTP/1.1\nHost: a\n\n",                  // bare LF
+		"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", // obs-fold
+		"GET / HTTP/1.1\r\nHost : a\r\n\r\n",           // space before the colon
+		"GET / HTTP/1.1\r\nHo\x01st: a\r\n\r\n",        // invalid name
+		"GET / HTTP/1.1\r\nHost: a\x7f\r\n\r\n",        // invalid value
+		"GET / HTTP/2.0\r\nHost: a\r\n\r\n",            // version
+		"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n",    // CONNECT
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\n",           // not all here
+		"\r\nGET / HTTP/1.1\r\n\r\n",              // no start line
+		"GET noslash HTTP/1.1\r\nHost: a\r\n\r\n", // a target net/url refuses
+		"GET / HTTP/1.1\r\n: empty name\r\n\r\n",
+		"GET / HTTP/1.1\r\nNo colon\r\n\r\n",
+		"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n",
+	}
+)
+
+var (
+	takenResponses = []string{
+		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+		"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 5\r\nRetry-After: 1\r\n\r\nbusy!",
+		"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx",
+		"HTTP/1.1 200\r\nContent-Length: 4\r\nPragma: no-cache\r\n\r\nab",
+		"HTTP/1.1   404   Not  Found\r\ncontent-length: 0\r\nSet-Cookie: a\r\nSet-Cookie: b\r\n\r\n",
+		"HTTP/1.1 999 Odd\r\nContent-Length: 0\r\nTrailer: X\r\n\r\n",
+	}
+	leftResponses = []string{
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n\r\nuntil close",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\n\r\n",
+		"HTTP/1.1 304 Not Modified\r\nContent-Length: 3\r\n\r\n",
+		"HTTP/1.1 20x OK\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 +20 OK\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/2 200 OK\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 1, 1\r\n\r\nx",
+		"HTTP/1.1 200 OK\nContent-Length: 0\n\n",
+	}
+)
+
+// requestFields are the fields of a request ReadRequest sets.
+type requestFields struct {
+	Method, Proto, Host, RequestURI string
+	ProtoMajor, ProtoMinor          int
+	URL                             any
+	Header                          http.Header
+	ContentLength                   int64
+	TransferEncoding                []string
+	Close                           bool
+	Trailer                         http.Header
+}
+
+func fieldsOf(r *http.Request) requestFields {
+	return requestFields{r.Method, r.Proto, r.Host, r.RequestURI, r.ProtoMajor, r.ProtoMinor, *r.URL, r.Header,
+		r.ContentLength, r.TransferEncoding, r.Close, r.Trailer}
+}
+
+// checkRequest: if Request takes raw, net/http reads the same request
+// from it, and the same body (as the caller frames it).
+func checkRequest(t *testing.T, raw []byte) (taken bool) {
+	t.Helper()
+	got, n, ok := Request(raw)
+	if !ok {
+		if got != nil || n != 0 {
+			t.Fatalf("declined with a request or a length: %q", raw)
+		}
+		return false
+	}
+	src := bytes.NewReader(raw)
+	br := bufio.NewReader(src)
+	want, err := http.ReadRequest(br)
+	if err != nil {
+		t.Fatalf("took what net/http refuses (%v): %q", err, raw)
+	}
+	if read := len(raw) - br.Buffered() - src.Len(); read != n {
+		t.Fatalf("head of %d bytes, net/http read %d: %q", n, read, raw)
+	}
+	if g, w := fieldsOf(got), fieldsOf(want); !reflect.DeepEqual(g, w) {
+		t.Fatalf("for %q:\n got %+v\nwant %+v", raw, g, w)
+	}
+	if got.Body != nil || (want.Body == http.NoBody) != (got.ContentLength == 0) {
+		t.Fatalf("body: got %v, net/http's %T with ContentLength %d", got.Body, want.Body, want.ContentLength)
+	}
+	checkBody(t, raw[n:], got.ContentLength, want.Body)
+	return true
+}
+
+// checkBody: a Body of length bytes over rest reads what net/http's
+// body reads, in reads of every size up to a few bytes, and ends as it
+// does.
+func checkBody(t *testing.T, rest []byte, length int64, body io.Reader) {
+	t.Helper()
+	wantBody, wantErr := io.ReadAll(body)
+	for size := 1; size <= 4; size++ {
+		var b Body
+		b.Reset(bufio.NewReaderSize(bytes.NewReader(rest), 16), length)
+		var gotBody []byte
+		var gotErr error
+		p := make([]byte, size)
+		for {
+			n, err := b.Read(p)
+			gotBody = append(gotBody, p[:n]...)
+			if err != nil {
+				if err != io.EOF {
+					gotErr = err
+				}
+				break
+			}
+		}
+		if !bytes.Equal(gotBody, wantBody) || gotErr != wantErr {
+			t.Fatalf("body in reads of %d: %q, %v; net/http read %q, %v", size, gotBody, gotErr, wantBody, wantErr)
+		}
+	}
+}
+
+type responseFields struct {
+	Status, Proto          string
+	StatusCode             int
+	ProtoMajor, ProtoMinor int
+	Header                 http.Header
+	ContentLength          int64
+	TransferEncoding       []string
+	Close                  bool
+	Trailer                http.Header
+	Request                *http.Request
+}
+
+func responseFieldsOf(r *http.Response) responseFields {
+	return responseFields{r.Status, r.Proto, r.StatusCode, r.ProtoMajor, r.ProtoMinor, r.Header, r.ContentLength,
+		r.TransferEncoding, r.Close, r.Trailer, r.Request}
+}
+
+func checkResponse(t *testing.T, raw []byte, req *http.Request) (taken bool) {
+	t.Helper()
+	got, n, ok := Response(raw, req)
+	if !ok {
+		if got != nil || n != 0 {
+			t.Fatalf("declined with a response or a length: %q", raw)
+		}
+		return false
+	}
+	src := bytes.NewReader(raw)
+	br := bufio.NewReader(src)
+	want, err := http.ReadResponse(br, req)
+	if err != nil {
+		t.Fatalf("took what net/http refuses (%v): %q", err, raw)
+	}
+	if read := len(raw) - br.Buffered() - src.Len(); read != n {
+		t.Fatalf("head of %d bytes, net/http read %d: %q", n, read, raw)
+	}
+	if g, w := responseFieldsOf(got), responseFieldsOf(want); !reflect.DeepEqual(g, w) {
+		t.Fatalf("for %q:\n got %+v\nwant %+v", raw, g, w)
+	}
+	if got.Body != nil || (want.Body == http.NoBody) != (got.ContentLength == 0) {
+		t.Fatalf("body: got %v, net/http's %T with ContentLength %d", got.Body, want.Body, want.ContentLength)
+	}
+	checkBody(t, raw[n:], got.ContentLength, want.Body)
+	return true
+}
+
+// TestRequestAsNetHTTP: the heads of a proxy's traffic are taken, and
+// read as net/http reads them; the others are left to it.
+func TestRequestAsNetHTTP(t *testing.T) {
+	for _, raw := range takenRequests {
+		if !checkRequest(t, []byte(raw)) {
+			t.Errorf("left to net/http: %q", raw)
+		}
+	}
+	for _, raw := range leftRequests {
+		if checkRequest(t, []byte(raw)) {
+			t.Errorf("taken: %q", raw)
+		}
+	}
+}
+
+func TestResponseAsNetHTTP(t *testing.T) {
+	get, _ := http.NewRequest(http.MethodPost, "http://b/v1/chat/completions", nil)
+	for _, raw := range takenResponses {
+		if !checkResponse(t, []byte(raw), get) {
+			t.Errorf("left to net/http: %q", raw)
+		}
+	}
+	for _, raw := range leftResponses {
+		if checkResponse(t, []byte(raw), get) {
+			t.Errorf("taken: %q", raw)
+		}
+	}
+	head, _ := http.NewRequest(http.MethodHead, "http://b/", nil)
+	if checkResponse(t, []byte(takenResponses[0]), head) {
+		t.Error("an answer to HEAD was taken")
+	}
+}
+
+// FuzzRequest: whatever head Request takes, net/http reads as the same
+// request, head length and body.
+//
+//	go test -run '^$' -fuzz FuzzRequest ./sidecar/httphead/
+func FuzzRequest(f *testing.F) {
+	for _, s := range append(takenRequests, leftRequests...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) { checkRequest(t, raw) })
+}
+
+// FuzzResponse: the same for responses, to a GET, a POST or a HEAD.
+//
+//	go test -run '^$' -fuzz FuzzResponse ./sidecar/httphead/
+func FuzzResponse(f *testing.F) {
+	for _, s := range append(takenResponses, leftResponses...) {
+		f.Add([]byte(s), uint8(1))
+	}
+	methods := []string{http.MethodGet, http.MethodPost, http.MethodHead}
+	f.Fuzz(func(t *testing.T, raw []byte, m uint8) {
+		req, _ := http.NewRequest(methods[int(m)%len(methods)], "http://b/", nil)
+		checkResponse(t, raw, req)
+	})
+}
+
+// TestBodyEndsWithItsLastBytes: the read that takes a body's last bytes
+// reports its end (a transport then reuses the connection without
+// another read), and nothing past the body is read.
+func TestBodyEndsWithItsLastBytes(t *testing.T) {
+	br := bufio.NewReader(bytes.NewReader([]byte("abcdNEXT")))
+	var b Body
+	b.Reset(br, 4)
+	p := make([]byte, 10)
+	if n, err := b.Read(p); n != 4 || err != io.EOF || string(p[:n]) != "abcd" {
+		t.Fatalf("read %q, %v; want abcd with io.EOF", p[:n], err)
+	}
+	if n, err := b.Read(p); n != 0 || err != io.EOF {
+		t.Fatalf("after the end: %d, %v", n, err)
+	}
+	if rest, _ := io.ReadAll(br); string(rest) != "NEXT" {
+		t.Fatalf("left on the connection: %q", rest)
+	}
+}

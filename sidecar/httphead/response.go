@@ -1,0 +1,75 @@
+package httphead
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Response parses the response head at the start of buf, the answer to
+// req, and returns the response http.ReadResponse would, and the head's
+// length; the caller consumes that many bytes and sets the Body as for
+// Request. It returns ok false, and nothing, for a head it leaves to
+// http.ReadResponse: those Request leaves to net/http, and any response
+// whose body is not framed by one Content-Length (1xx, 204 and 304, an
+// answer to HEAD, a chunked or close-delimited body).
+func Response(buf []byte, req *http.Request) (resp *http.Response, n int, ok bool) {
+	n, fields := find(buf)
+	if n == 0 || req != nil && req.Method == http.MethodHead {
+		return nil, 0, false
+	}
+	h, header, ok := parse(buf, n, fields)
+	if !ok {
+		return nil, 0, false
+	}
+	proto, status, ok := strings.Cut(h.first, " ")
+	if !ok {
+		return nil, 0, false
+	}
+	major, minor, ok := version(proto)
+	if !ok {
+		return nil, 0, false
+	}
+	status = strings.TrimLeft(status, " ")
+	code, ok := statusCode(status)
+	if !ok || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified {
+		return nil, 0, false
+	}
+	if _, te := header["Transfer-Encoding"]; te {
+		return nil, 0, false
+	}
+	length, ok := contentLength(header)
+	if !ok || length < 0 {
+		return nil, 0, false
+	}
+	fixPragmaCacheControl(header)
+	resp = &http.Response{
+		Status:        status,
+		StatusCode:    code,
+		Proto:         proto,
+		ProtoMajor:    major,
+		ProtoMinor:    minor,
+		Header:        header,
+		ContentLength: length,
+		Close:         shouldClose(major, minor, header, true),
+		Request:       req,
+	}
+	return resp, n, true
+}
+
+// statusCode is the three digits a status starts with, up to a space or
+// its end (ReadResponse's reading, without Atoi's sign).
+func statusCode(status string) (int, bool) {
+	code, _, _ := strings.Cut(status, " ")
+	if len(code) != 3 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		c := code[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
