@@ -284,6 +284,22 @@ func TestFlushSendsEachEvent(t *testing.T) {
 	}
 }
 
+// TestBodyNotYetHereIsNotBuffered: a body still on its way says so (the
+// proxy bounds its reads with a deadline then).
+func TestBodyNotYetHereIsNotBuffered(t *testing.T) {
+	const head = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n{\"a\":"
+	c := &conn{br: bufio.NewReader(strings.NewReader(head))}
+	c.br.Peek(1)
+	req, parsed, err := c.readHead()
+	if err != nil || !parsed {
+		t.Fatalf("parsed %v, %v", parsed, err)
+	}
+	c.body.reset(c, req.Body, false)
+	if c.body.Buffered() {
+		t.Fatal("5 of 10 bytes buffered, and the body says it is all here")
+	}
+}
+
 // TestProxiedRequestsAreParsedInPlace: a router's request, and the next
 // on the same connection, are read by httphead from the buffer, their
 // bodies framed by the connection's reused reader (a change that sent
@@ -298,6 +314,10 @@ func TestProxiedRequestsAreParsedInPlace(t *testing.T) {
 		req, parsed, err := c.readHead()
 		if err != nil || !parsed {
 			t.Fatalf("request %d: parsed %v, %v", i, parsed, err)
+		}
+		c.body.reset(c, req.Body, false)
+		if !c.body.Buffered() {
+			t.Fatalf("request %d: a body the buffer holds is not Buffered", i)
 		}
 		if b, _ := io.ReadAll(req.Body); string(b) != "{}" || req.Body != &c.fixed || req.Header.Get("X-Session-Id") != "s-1" {
 			t.Fatalf("request %d: body %q (%T), header %v", i, b, req.Body, req.Header)

@@ -37,6 +37,10 @@ func (b *Body) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Buffered reports whether the rest of the body is in the reader's
+// buffer: reading it waits for no byte.
+func (b *Body) Buffered() bool { return b.left <= int64(b.r.Buffered()) }
+
 // Close does nothing: what is left unread stays on the connection, for
 // its owner to drain or close.
 func (b *Body) Close() error { return nil }

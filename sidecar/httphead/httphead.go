@@ -21,17 +21,34 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/net/http/httpguts"
 )
 
-// head is a message head found in a buffer: its start line and header
-// fields, each a slice of one string.
+// head is a parsed message head: its start line, its header, and what
+// framing reads of it, noted as the fields went by (a map lookup each,
+// otherwise).
 type head struct {
-	s      string // the head, up to and including its blank line
-	first  string // the start line, without its CRLF
-	fields int    // header lines
+	first  string // the start line, without its CRLF; a slice of the head's one string
+	header http.Header
+
+	te            bool   // a Transfer-Encoding field
+	hosts         int    // Host fields
+	host          string // the first's value
+	lengths       int    // Content-Length fields
+	length        string // the first's value
+	pragma        bool   // a Pragma field
+	pragmaNoCache bool   // the first one's value is no-cache
+	cacheControl  bool   // a Cache-Control field
+	connection    bool   // a Connection field
 }
+
+// maxFields is the most header fields a head parsed here has; one with
+// more goes to net/http.
+const maxFields = 32
 
 // find looks for a complete head at the start of buf: lines ending in
 // CRLF, with no other CR or LF, up to an empty line. It reports the
@@ -60,48 +77,95 @@ func find(buf []byte) (n, fields int) {
 	}
 }
 
+// Complete reports whether buf starts with a whole head of the shape
+// this package parses (lines ending in CRLF, none folded), so that
+// reading it needs no read of the connection.
+func Complete(buf []byte) bool {
+	n, _ := find(buf)
+	return n > 0
+}
+
 // parse copies the head of buf[:n] into one string and its fields into
 // a header, as textproto.ReadMIMEHeader would, or reports false for a
-// field it leaves to net/http.
-func parse(buf []byte, n, fields int) (head, http.Header, bool) {
+// field it leaves to net/http. With dropHost the Host fields are noted
+// but left out of the header (ReadRequest deletes them).
+func parse(buf []byte, n, fields int, dropHost bool) (h head, ok bool) {
+	if fields > maxFields {
+		return head{}, false
+	}
 	s := string(buf[:n])
 	eol := indexCRLF(s)
-	h := head{s: s, first: s[:eol], fields: fields}
-	header := make(http.Header, fields)
-	strs := make([]string, fields) // values, one slab (as textproto's)
+	h.first = s[:eol]
 	rest := s[eol+2:]
+	var kv [maxFields]struct{ key, value string }
+	nkv := 0
 	for {
 		eol := indexCRLF(rest)
 		line := rest[:eol]
 		rest = rest[eol+2:]
 		if line == "" {
-			return h, header, true
+			break
 		}
-		colon := indexColon(line)
-		if colon <= 0 {
-			return head{}, nil, false
+		colon := strings.IndexByte(line, ':')
+		if colon <= 0 || !validName(line[:colon]) || !validValue(line[colon+1:]) {
+			return head{}, false // a space before the colon included
 		}
-		name, value := line[:colon], line[colon+1:]
-		for i := 0; i < len(name); i++ {
-			if !httpguts.IsTokenRune(rune(name[i])) {
-				return head{}, nil, false // a space before the colon included
+		key, value := canonical(line[:colon]), trim(line[colon+1:])
+		switch key {
+		case "Host":
+			if h.hosts++; h.hosts == 1 {
+				h.host = value
+			}
+			if dropHost {
+				continue
+			}
+		case "Content-Length":
+			if h.lengths++; h.lengths == 1 {
+				h.length = value
+			}
+		case "Transfer-Encoding":
+			h.te = true
+		case "Pragma":
+			if !h.pragma {
+				h.pragma, h.pragmaNoCache = true, value == "no-cache"
+			}
+		case "Cache-Control":
+			h.cacheControl = true
+		case "Connection":
+			h.connection = true
+		}
+		kv[nkv].key, kv[nkv].value = key, value
+		nkv++
+	}
+	// Each name hashed once: a repeated name (rare) is found among those
+	// before it, not by a lookup per field.
+	h.header = make(http.Header, nkv)
+	strs := make([]string, nkv) // values, one slab (as textproto's)
+	for i := 0; i < nkv; i++ {
+		if seen(kv[:i], kv[i].key) {
+			continue
+		}
+		vv := strs[:1:1]
+		strs = strs[1:]
+		vv[0] = kv[i].value
+		for j := i + 1; j < nkv; j++ {
+			if kv[j].key == kv[i].key {
+				vv = append(vv, kv[j].value)
 			}
 		}
-		for i := 0; i < len(value); i++ {
-			if c := value[i]; c < ' ' && c != '\t' || c == 0x7f {
-				return head{}, nil, false
-			}
-		}
-		key := canonical(name)
-		value = trim(value)
-		if vv, ok := header[key]; ok {
-			header[key] = append(vv, value)
-		} else {
-			vv, strs = strs[:1:1], strs[1:]
-			vv[0] = value
-			header[key] = vv
+		h.header[kv[i].key] = vv
+	}
+	return h, true
+}
+
+// seen reports whether key is among kv's keys.
+func seen(kv []struct{ key, value string }, key string) bool {
+	for _, f := range kv {
+		if f.key == key {
+			return true
 		}
 	}
+	return false
 }
 
 func indexCRLF(s string) int {
@@ -110,15 +174,6 @@ func indexCRLF(s string) int {
 			return i
 		}
 	}
-}
-
-func indexColon(s string) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == ':' {
-			return i
-		}
-	}
-	return -1
 }
 
 // trim drops the spaces and tabs around a value (textproto trims the
@@ -135,17 +190,98 @@ func trim(s string) string {
 }
 
 // canonical is name in textproto's canonical form (http.CanonicalHeaderKey
-// of a valid name): name itself, without a copy, when it already is.
+// of a valid name): name itself, without a copy, when it already is; from
+// the cache of names seen in other forms (clients that send x-session-id
+// or X-Session-ID send it on every request), or made anew.
 func canonical(name string) string {
 	upper := true
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			return http.CanonicalHeaderKey(name)
+			return recanonical(name)
 		}
 		upper = c == '-'
 	}
 	return name
+}
+
+// recanonical is canonical for a name not in canonical form: cached,
+// in a map replaced whole on each addition (readers take no lock), of at
+// most maxCached names of at most maxCachedLen bytes, so that a client
+// inventing names fills it once and grows it no further.
+func recanonical(name string) string {
+	if m := cache.Load(); m != nil {
+		if c, ok := (*m)[name]; ok {
+			return c
+		}
+	}
+	c := http.CanonicalHeaderKey(name)
+	if len(name) > maxCachedLen {
+		return c
+	}
+	cacheMu.Lock()
+	defer cacheMu.Unlock()
+	old := cache.Load()
+	if old != nil && len(*old) >= maxCached {
+		return c
+	}
+	m := make(map[string]string, 1+mapLen(old))
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[strings.Clone(name)] = c // not a slice of a head: it would keep the head
+	cache.Store(&m)
+	return c
+}
+
+func mapLen(m *map[string]string) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
+}
+
+const (
+	maxCached    = 256
+	maxCachedLen = 64
+)
+
+var (
+	cache   atomic.Pointer[map[string]string]
+	cacheMu sync.Mutex
+)
+
+// validName reports whether name is a token (textproto's and httpguts'
+// rule for a field name; a space is not one).
+func validName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if !tokenByte[name[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// validValue reports whether a field value has only bytes textproto
+// takes: no control byte but HTAB (obs-text included).
+func validValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if badValueByte[v[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+var tokenByte, badValueByte [256]bool
+
+func init() {
+	for c := range 256 {
+		tokenByte[c] = httpguts.IsTokenRune(rune(c))
+		badValueByte[c] = c < ' ' && c != '\t' || c == 0x7f
+	}
 }
 
 // version is ParseHTTPVersion for the two versions this package takes.
@@ -162,15 +298,15 @@ func version(proto string) (major, minor int, ok bool) {
 // contentLength is net/http's framing by Content-Length for a message
 // with no Transfer-Encoding: -1 for none, or reports false for anything
 // but one valid value.
-func contentLength(header http.Header) (int64, bool) {
-	cl, ok := header["Content-Length"]
-	switch {
-	case !ok:
+func (h *head) contentLength() (int64, bool) {
+	switch h.lengths {
+	case 0:
 		return -1, true
-	case len(cl) != 1:
+	case 1:
+	default:
 		return 0, false
 	}
-	n, err := strconv.ParseUint(cl[0], 10, 63) // empty, signed or spaced: refused
+	n, err := strconv.ParseUint(h.length, 10, 63) // empty, signed or spaced: refused
 	if err != nil {
 		return 0, false
 	}
@@ -178,24 +314,25 @@ func contentLength(header http.Header) (int64, bool) {
 }
 
 // fixPragmaCacheControl is net/http's (RFC 7234, section 5.4).
-func fixPragmaCacheControl(header http.Header) {
-	if hp, ok := header["Pragma"]; ok && len(hp) > 0 && hp[0] == "no-cache" {
-		if _, ok := header["Cache-Control"]; !ok {
-			header["Cache-Control"] = []string{"no-cache"}
-		}
+func (h *head) fixPragmaCacheControl() {
+	if h.pragmaNoCache && !h.cacheControl {
+		h.header["Cache-Control"] = []string{"no-cache"}
 	}
 }
 
 // shouldClose is net/http's: whether the connection closes after this
 // message.
-func shouldClose(major, minor int, header http.Header, removeCloseHeader bool) bool {
-	conv := header["Connection"]
+func (h *head) shouldClose(major, minor int, removeCloseHeader bool) bool {
+	var conv []string
+	if h.connection {
+		conv = h.header["Connection"]
+	}
 	hasClose := httpguts.HeaderValuesContainsToken(conv, "close")
 	if major == 1 && minor == 0 {
 		return hasClose || !httpguts.HeaderValuesContainsToken(conv, "keep-alive")
 	}
 	if hasClose && removeCloseHeader {
-		delete(header, "Connection")
+		delete(h.header, "Connection")
 	}
 	return hasClose
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -262,5 +264,29 @@ func TestBodyEndsWithItsLastBytes(t *testing.T) {
 	}
 	if rest, _ := io.ReadAll(br); string(rest) != "NEXT" {
 		t.Fatalf("left on the connection: %q", rest)
+	}
+}
+
+// TestCanonicalCacheIsBounded: names in other forms are canonicalized
+// alike from the cache and without it, and a client inventing names
+// grows the cache to its bound and no further.
+func TestCanonicalCacheIsBounded(t *testing.T) {
+	for i := range 2 * maxCached {
+		name := "x-invented-" + strconv.Itoa(i)
+		for range 2 { // made, then (while there is room) cached
+			if got, want := canonical(name), http.CanonicalHeaderKey(name); got != want {
+				t.Fatalf("canonical(%q) = %q, want %q", name, got, want)
+			}
+		}
+	}
+	long := "x-" + strings.Repeat("a", maxCachedLen)
+	if got := canonical(long); got != http.CanonicalHeaderKey(long) {
+		t.Fatalf("canonical of a long name: %q", got)
+	}
+	if n := len(*cache.Load()); n > maxCached {
+		t.Fatalf("%d names cached, bound %d", n, maxCached)
+	}
+	if _, ok := (*cache.Load())[long]; ok {
+		t.Fatal("a name over maxCachedLen was cached")
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // Request parses the request head at the start of buf and returns the
@@ -23,16 +21,20 @@ func Request(buf []byte) (req *http.Request, n int, ok bool) {
 	if n == 0 {
 		return nil, 0, false
 	}
-	h, header, ok := parse(buf, n, fields)
+	h, ok := parse(buf, n, fields, true)
 	if !ok {
 		return nil, 0, false
 	}
 	method, rest, ok1 := strings.Cut(h.first, " ")
 	target, proto, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || method == "CONNECT" || !validMethod(method) {
+	if !ok1 || !ok2 || method == "" || method == "CONNECT" || !validName(method) {
 		return nil, 0, false
 	}
 	major, minor, ok := version(proto)
+	if !ok || h.te || h.hosts > 1 {
+		return nil, 0, false
+	}
+	length, ok := h.contentLength()
 	if !ok {
 		return nil, 0, false
 	}
@@ -40,46 +42,23 @@ func Request(buf []byte) (req *http.Request, n int, ok bool) {
 	if err != nil {
 		return nil, 0, false
 	}
-	if _, te := header["Transfer-Encoding"]; te || len(header["Host"]) > 1 {
-		return nil, 0, false
-	}
-	length, ok := contentLength(header)
-	if !ok {
-		return nil, 0, false
-	}
 	host := u.Host
 	if host == "" {
-		if v := header["Host"]; len(v) > 0 {
-			host = v[0]
-		}
+		host = h.host
 	}
-	fixPragmaCacheControl(header)
-	close := shouldClose(major, minor, header, false)
-	delete(header, "Host") // ReadRequest's last step
+	h.fixPragmaCacheControl()
+	close := h.shouldClose(major, minor, false)
 	req = &http.Request{
 		Method:        method,
 		URL:           u,
 		Proto:         proto,
 		ProtoMajor:    major,
 		ProtoMinor:    minor,
-		Header:        header,
+		Header:        h.header,
 		ContentLength: max(length, 0), // a request without one has none
 		Close:         close,
 		Host:          host,
 		RequestURI:    target,
 	}
 	return req, n, true
-}
-
-// validMethod is net/http's: a token.
-func validMethod(m string) bool {
-	if m == "" {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		if !httpguts.IsTokenRune(rune(m[i])) {
-			return false
-		}
-	}
-	return true
 }

@@ -17,8 +17,8 @@ func Response(buf []byte, req *http.Request) (resp *http.Response, n int, ok boo
 	if n == 0 || req != nil && req.Method == http.MethodHead {
 		return nil, 0, false
 	}
-	h, header, ok := parse(buf, n, fields)
-	if !ok {
+	h, ok := parse(buf, n, fields, false)
+	if !ok || h.te {
 		return nil, 0, false
 	}
 	proto, status, ok := strings.Cut(h.first, " ")
@@ -34,23 +34,20 @@ func Response(buf []byte, req *http.Request) (resp *http.Response, n int, ok boo
 	if !ok || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified {
 		return nil, 0, false
 	}
-	if _, te := header["Transfer-Encoding"]; te {
-		return nil, 0, false
-	}
-	length, ok := contentLength(header)
+	length, ok := h.contentLength()
 	if !ok || length < 0 {
 		return nil, 0, false
 	}
-	fixPragmaCacheControl(header)
+	h.fixPragmaCacheControl()
 	resp = &http.Response{
 		Status:        status,
 		StatusCode:    code,
 		Proto:         proto,
 		ProtoMajor:    major,
 		ProtoMinor:    minor,
-		Header:        header,
+		Header:        h.header,
 		ContentLength: length,
-		Close:         shouldClose(major, minor, header, true),
+		Close:         h.shouldClose(major, minor, true),
 		Request:       req,
 	}
 	return resp, n, true
