@@ -72,8 +72,25 @@ func (c *conn) abort() {
 
 // roundTrip writes req on c and reads the response headers, for at most
 // headerTimeout after the request is written when that is positive.
+//
+// The context's cancelation closes c (context.AfterFunc), registered
+// only where a wait may be long (watch): before a request body that may
+// not leave in one write, once the backend has not begun to answer
+// within abortCheck, before reading a body the headers did not bring
+// whole. A request answered at once, headers and body in one read (a
+// proxied request's usually is), costs no registration: five
+// allocations and two locked updates of the context's tree spared. A
+// cancelation meanwhile is noticed abortCheck late at most.
 func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, headerTimeout time.Duration) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, c.abortFn)
+	if err := ctx.Err(); err != nil {
+		closeBody(req)
+		c.nc.Close()
+		return nil, err
+	}
+	w := watch{ctx: ctx, c: c, stop: unwatched}
+	if req.ContentLength < 0 || req.ContentLength > maxUnwatchedWrite {
+		w.start()
+	}
 	handled, err := writeRequest(c.bw, req, h.trace) // calls trace.WroteRequest; closes req.Body
 	if !handled {
 		err = req.Write(oneWrite{c.bw}) // the same
@@ -89,36 +106,111 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 			if resp, rerr := c.readResponse(req, h); rerr == nil {
 				_ = c.nc.SetReadDeadline(time.Time{})
 				resp.Close = true
-				return c.withBody(resp, req, stop), nil
+				w.start()
+				return c.withBody(resp, req, w.stop), nil
 			}
 		}
-		stop()
+		w.stop()
 		c.nc.Close()
 		return nil, c.failure(ctx, err)
 	}
+	var deadline time.Time
 	if headerTimeout > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(headerTimeout))
+		deadline = time.Now().Add(headerTimeout)
 	}
-	resp, err := c.readResponse(req, h)
+	resp, err := c.awaitResponse(req, h, &w, deadline)
 	if err != nil {
-		stop()
+		w.stop()
 		c.nc.Close()
 		if headerTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
 			return nil, ErrHeaderTimeout
 		}
 		return nil, c.failure(ctx, err)
 	}
-	if headerTimeout > 0 {
-		_ = c.nc.SetReadDeadline(time.Time{})
+	_ = c.nc.SetReadDeadline(time.Time{})
+	if resp.Body != http.NoBody && !(resp.Body == nil && resp.ContentLength <= int64(c.br.Buffered())) {
+		w.start() // the body is read from the connection
 	}
-	return c.withBody(resp, req, stop), nil
+	return c.withBody(resp, req, w.stop), nil
+}
+
+// abortCheck is how long a round trip waits for the backend's first
+// byte before it registers for its context's cancelation. The server's
+// watch for a client going away starts later than this (downstream's
+// WatchAfter), so no cancelation is noticed later than before.
+const abortCheck = 5 * time.Millisecond
+
+// maxUnwatchedWrite is the largest request body written before the
+// context's cancelation is registered: a write that fits an idle
+// connection's socket buffer does not wait for the backend to read.
+const maxUnwatchedWrite = 16 << 10
+
+// watch is a round trip's registration for its context's cancelation,
+// made once it is needed (roundTrip); stop unregisters it, and reports
+// false once the cancelation closed the connection.
+type watch struct {
+	ctx  context.Context
+	c    *conn
+	stop func() bool
+}
+
+// unwatched is the stop of a round trip that registered nothing.
+func unwatched() bool { return true }
+
+func (w *watch) start() {
+	if w.c != nil {
+		w.stop = context.AfterFunc(w.ctx, w.c.abortFn)
+		w.c = nil
+	}
+}
+
+// awaitResponse waits for the response to begin, abortCheck at a time
+// of the header timeout's wait (registering for the context's
+// cancelation after the first), and reads its headers.
+func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time.Time) (*http.Response, error) {
+	c.in.n = c.t.o.MaxHeaderBytes // the first byte's read counts too
+	defer func() { c.in.n = -1 }()
+	for {
+		soon := time.Now().Add(abortCheck)
+		if !deadline.IsZero() && deadline.Before(soon) || w.c == nil {
+			soon = deadline // the last wait, or one already watched: the whole
+		}
+		_ = c.nc.SetReadDeadline(soon)
+		_, err := c.br.Peek(1)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) || soon.Equal(deadline) {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // as ReadResponse's
+			}
+			return nil, err
+		}
+		w.start()
+		if err := w.ctx.Err(); err != nil {
+			c.abort() // as the cancelation would have, had it been registered
+			return nil, err
+		}
+	}
+	if !httphead.Complete(c.buffered()) {
+		_ = c.nc.SetReadDeadline(deadline) // the rest of the head in the header timeout
+	}
+	return c.readResponse(req, h)
+}
+
+// buffered is what the connection's reader holds, unread.
+func (c *conn) buffered() []byte {
+	buf, _ := c.br.Peek(c.br.Buffered())
+	return buf
 }
 
 // readResponse reads the final response's headers, skipping 100 Continue
 // and passing other 1xx responses to the hooks.
 func (c *conn) readResponse(req *http.Request, h hooks) (*http.Response, error) {
-	c.in.n = c.t.o.MaxHeaderBytes
-	defer func() { c.in.n = -1 }()
+	if c.in.n < 0 { // else counting since awaitResponse's first read
+		c.in.n = c.t.o.MaxHeaderBytes
+		defer func() { c.in.n = -1 }()
+	}
 	for n1xx := 0; ; n1xx++ {
 		resp, err := c.readHead(req)
 		if err != nil {

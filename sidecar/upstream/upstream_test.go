@@ -215,6 +215,47 @@ func TestCancelWhileWaitingForHeaders(t *testing.T) {
 	}
 }
 
+// A cancelation before the round trip registered for it (it does after
+// abortCheck without an answer) still ends the wait, and one before the
+// round trip began sends nothing.
+func TestCancelBeforeTheWaitIsWatched(t *testing.T) {
+	var got atomic.Int64
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	})
+	tr := newTransport(Options{})
+	defer tr.CloseIdleConnections()
+	for _, after := range []time.Duration{0, abortCheck / 5} {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := tr.RoundTripHeaderTimeout(post(t, s.URL, "x").WithContext(ctx), time.Minute)
+			errc <- err
+		}()
+		time.Sleep(after)
+		cancel()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("canceled after %v: %v, want context.Canceled", after, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("canceled after %v: RoundTrip did not return", after)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tr.RoundTrip(post(t, s.URL, "x").WithContext(ctx)); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled before: %v", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := got.Load(); n > 2 {
+		t.Errorf("the backend saw %d requests; the one canceled before it began must not reach it", n)
+	}
+}
+
 // A stream's events reach the caller as they are sent, and canceling
 // mid-stream ends the read with the context's error and closes the
 // connection.
