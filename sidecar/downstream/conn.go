@@ -263,7 +263,7 @@ const drainTimeout = 2 * time.Second
 func (c *conn) serveRequest(req *http.Request) bool {
 	ctx, cancel := context.WithCancel(c.s.baseContext())
 	defer cancel()
-	req = req.WithContext(ctx)
+	*req = *req.WithContext(ctx) // in place: req is this request's own (WithContext's copy stays on the stack)
 	req.RemoteAddr = c.remote
 	w := &c.w
 	w.reset(c, req)

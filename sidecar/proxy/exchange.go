@@ -61,8 +61,11 @@ type exchange struct {
 	reqBody  bodyReader    // reqBytes, read by the current attempt
 	fields   *reqbody.Body // the body's fields, parsed once
 	// ctx is the request's context as the handler passes it on (to the
-	// resolver and the transport), answering for the exchange's values.
+	// resolver and the transport), answering for the exchange's values;
+	// req is the client's request with it, the handler's own copy (in
+	// the exchange's allocation), which becomes the backends' request.
 	ctx exchangeContext
+	req http.Request
 	// pinned: the resolver refused to move the request (resolve.ErrPinned:
 	// the stored response it names is on its backend only).
 	pinned bool

@@ -246,7 +246,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.fields = h.o.Body.Of(body)
 	x.ctx = exchangeContext{Context: r.Context(), x: x}
-	r = r.WithContext(&x.ctx) // the handler's own copy, the backends' request to be
+	x.req = *r.WithContext(&x.ctx) // the handler's own copy, the backends' request to be
+	r = &x.req
 	pool, status, msg := h.pool(x.fields)
 	if pool == nil {
 		writeError(x, status, msg)
