@@ -16,12 +16,14 @@
 // thousand requests a second, those wake-ups are CPU that every router
 // pod pays (README "The hop's cost").
 //
-// The wire format stays net/http's own: requests are parsed by
-// http.ReadRequest (framing, chunked bodies, header validation), so what
-// a client may send is what net/http accepts. Responses are framed here:
-// a known Content-Length is kept, a response that ends within its first
-// 2 KiB gets one, anything else is chunked (close-delimited for an
-// HTTP/1.0 client), trailers included.
+// The wire format stays net/http's own: requests are read as
+// http.ReadRequest reads them (framing, chunked bodies, header
+// validation), so what a client may send is what net/http accepts: a
+// head of the common shape that the buffer holds whole by httphead (the
+// same request: fuzzed against ReadRequest), any other by ReadRequest
+// itself. Responses are framed here: a known Content-Length is kept, a
+// response that ends within its first 2 KiB gets one, anything else is
+// chunked (close-delimited for an HTTP/1.0 client), trailers included.
 //
 // What it does not do, since the proxy needs none of it: TLS, HTTP/2,
 // hijacking (upgrades), and the ConnState and ConnContext hooks. Two

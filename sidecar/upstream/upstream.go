@@ -9,9 +9,10 @@
 // goroutines where this wakes one; on a sidecar's hot path, at a
 // thousand requests a second, those wake-ups are CPU that every router
 // pod pays (README "The hop's cost"). The wire format stays net/http's
-// own: requests are written by Request.Write and responses parsed by
-// ReadResponse, so framing, chunking, trailers and 1xx responses are the
-// standard library's.
+// own: requests are written as Request.Write writes them and responses
+// read as ReadResponse reads them (httphead parses a head of the common
+// shape in place, into the same response), so framing, chunking,
+// trailers and 1xx responses are the standard library's.
 //
 // What it does not do, since the proxy needs none of it: TLS, HTTP/2,
 // proxies from the environment, compression, Expect: 100-continue waits
