@@ -11,7 +11,7 @@
 //
 // Why: net/http's readers went through a textproto.Reader line by line,
 // allocating a string per header value and per line, an io.LimitReader
-// and a body per message: about a fifth of the sidecar's user-space CPU
+// and a body per message: about a quarter of the sidecar's user-space CPU
 // per proxied request (README "The hop's cost"). Here one string holds
 // the whole head, names and values are slices of it, and the caller
 // frames the body itself (without an allocation of its own).

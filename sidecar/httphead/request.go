@@ -12,10 +12,10 @@ import (
 // ContentLength is 0, else a reader of ContentLength bytes that fails
 // with io.ErrUnexpectedEOF if they end early. It returns ok false, and
 // nothing, for a head it leaves to http.ReadRequest: not all in buf,
-// a line ending in a bare LF or folded, an invalid field, a version other
-// than HTTP/1.0 and 1.1, a CONNECT, a Transfer-Encoding, anything but one
-// valid Content-Length (or none), several Host fields, a target net/url
-// refuses.
+// a line ending in a bare LF or folded, an invalid field, more than
+// maxFields fields, a version other than HTTP/1.0 and 1.1, a CONNECT, a
+// Transfer-Encoding, anything but one valid Content-Length (or none),
+// several Host fields, a target net/url refuses.
 func Request(buf []byte) (req *http.Request, n int, ok bool) {
 	n, fields := find(buf)
 	if n == 0 {

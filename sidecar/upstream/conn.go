@@ -103,7 +103,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 		// closed; that answer is the request's, as net/http's is.
 		if ctx.Err() == nil {
 			_ = c.nc.SetReadDeadline(time.Now().Add(earlyResponseWait))
-			if resp, rerr := c.readResponse(req, h); rerr == nil {
+			if resp, rerr := c.readResponse(req, h, nil); rerr == nil {
 				_ = c.nc.SetReadDeadline(time.Time{})
 				resp.Close = true
 				w.start()
@@ -128,8 +128,9 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 		return nil, c.failure(ctx, err)
 	}
 	_ = c.nc.SetReadDeadline(time.Time{})
-	if resp.Body != http.NoBody && !(resp.Body == nil && resp.ContentLength <= int64(c.br.Buffered())) {
-		w.start() // the body is read from the connection
+	if resp.StatusCode == http.StatusSwitchingProtocols ||
+		resp.Body != http.NoBody && !(resp.Body == nil && resp.ContentLength <= int64(c.br.Buffered())) {
+		w.start() // the body (or the upgraded connection) is read from the connection
 	}
 	return c.withBody(resp, req, w.stop), nil
 }
@@ -192,10 +193,7 @@ func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time
 			return nil, err
 		}
 	}
-	if !httphead.Complete(c.buffered()) {
-		_ = c.nc.SetReadDeadline(deadline) // the rest of the head in the header timeout
-	}
-	return c.readResponse(req, h)
+	return c.readResponse(req, h, &deadline)
 }
 
 // buffered is what the connection's reader holds, unread.
@@ -205,13 +203,19 @@ func (c *conn) buffered() []byte {
 }
 
 // readResponse reads the final response's headers, skipping 100 Continue
-// and passing other 1xx responses to the hooks.
-func (c *conn) readResponse(req *http.Request, h hooks) (*http.Response, error) {
+// and passing other 1xx responses to the hooks. With a deadline, the
+// reads of a head the buffer does not hold whole (and of any after a
+// 1xx response) are bounded by it; without, by the deadline set.
+func (c *conn) readResponse(req *http.Request, h hooks, deadline *time.Time) (*http.Response, error) {
 	if c.in.n < 0 { // else counting since awaitResponse's first read
 		c.in.n = c.t.o.MaxHeaderBytes
 		defer func() { c.in.n = -1 }()
 	}
 	for n1xx := 0; ; n1xx++ {
+		if deadline != nil && (n1xx > 0 || !httphead.Complete(c.buffered())) {
+			_ = c.nc.SetReadDeadline(*deadline) // not awaitResponse's few milliseconds
+			deadline = nil
+		}
 		resp, err := c.readHead(req)
 		if err != nil {
 			return nil, err

@@ -301,6 +301,34 @@ func TestStreamsAndCancelMidStream(t *testing.T) {
 	}
 }
 
+// A final response well after an informational one (a model server's
+// 103, then its answer) is waited for as long as the header timeout
+// allows, not the few milliseconds of the first wait's steps; and one
+// that ends a slow first wait is read whole.
+func TestSlowAnswersWithinTheHeaderTimeout(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hints" {
+			w.Header().Set("Link", "</a>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		time.Sleep(20 * abortCheck)
+		io.WriteString(w, "final")
+	})
+	tr := newTransport(Options{})
+	defer tr.CloseIdleConnections()
+	for _, path := range []string{"/hints", "/slow"} {
+		resp, err := tr.RoundTripHeaderTimeout(post(t, s.URL+path, "x"), time.Minute)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(body) != "final" {
+			t.Fatalf("%s: %d %q %v", path, resp.StatusCode, body, err)
+		}
+	}
+}
+
 func TestInformationalResponses(t *testing.T) {
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Link", "</style.css>; rel=preload")
