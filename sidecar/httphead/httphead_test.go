@@ -87,34 +87,78 @@ func fieldsOf(r *http.Request) requestFields {
 		r.ContentLength, r.TransferEncoding, r.Close, r.Trailer}
 }
 
-// checkRequest: if Request takes raw, net/http reads the same request
-// from it, and the same body (as the caller frames it).
-func checkRequest(t *testing.T, raw []byte) (taken bool) {
+// message is what a check compares of a request or a response: the
+// fields a reader sets, and the body and length it framed.
+type message struct {
+	fields any
+	body   io.ReadCloser
+	length int64
+}
+
+// check: if parse (httphead's) takes raw, read (net/http's) reads from it
+// the same message, head length and body.
+func check(t *testing.T, raw []byte, parse func([]byte) (message, int, bool), read func(*bufio.Reader) (message, error)) (taken bool) {
 	t.Helper()
-	got, n, ok := Request(raw)
+	got, n, ok := parse(raw)
 	if !ok {
-		if got != nil || n != 0 {
-			t.Fatalf("declined with a request or a length: %q", raw)
+		if got.fields != nil || n != 0 {
+			t.Fatalf("declined with a message or a length: %q", raw)
 		}
 		return false
 	}
 	src := bytes.NewReader(raw)
 	br := bufio.NewReader(src)
-	want, err := http.ReadRequest(br)
+	want, err := read(br)
 	if err != nil {
 		t.Fatalf("took what net/http refuses (%v): %q", err, raw)
 	}
 	if read := len(raw) - br.Buffered() - src.Len(); read != n {
 		t.Fatalf("head of %d bytes, net/http read %d: %q", n, read, raw)
 	}
-	if g, w := fieldsOf(got), fieldsOf(want); !reflect.DeepEqual(g, w) {
-		t.Fatalf("for %q:\n got %+v\nwant %+v", raw, g, w)
+	if !reflect.DeepEqual(got.fields, want.fields) {
+		t.Fatalf("for %q:\n got %+v\nwant %+v", raw, got.fields, want.fields)
 	}
-	if got.Body != nil || (want.Body == http.NoBody) != (got.ContentLength == 0) {
-		t.Fatalf("body: got %v, net/http's %T with ContentLength %d", got.Body, want.Body, want.ContentLength)
+	if got.body != nil || (want.body == http.NoBody) != (got.length == 0) {
+		t.Fatalf("body: got %v, net/http's %T with length %d", got.body, want.body, want.length)
 	}
-	checkBody(t, raw[n:], got.ContentLength, want.Body)
+	checkBody(t, raw[n:], got.length, want.body)
 	return true
+}
+
+func checkRequest(t *testing.T, raw []byte) (taken bool) {
+	t.Helper()
+	of := func(r *http.Request) message { return message{fieldsOf(r), r.Body, r.ContentLength} }
+	return check(t, raw, func(raw []byte) (message, int, bool) {
+		r, n, ok := Request(raw)
+		if r == nil {
+			return message{}, n, ok
+		}
+		return of(r), n, ok
+	}, func(br *bufio.Reader) (message, error) {
+		r, err := http.ReadRequest(br)
+		if err != nil {
+			return message{}, err
+		}
+		return of(r), nil
+	})
+}
+
+func checkResponse(t *testing.T, raw []byte, req *http.Request) (taken bool) {
+	t.Helper()
+	of := func(r *http.Response) message { return message{responseFieldsOf(r), r.Body, r.ContentLength} }
+	return check(t, raw, func(raw []byte) (message, int, bool) {
+		r, n, ok := Response(raw, req)
+		if r == nil {
+			return message{}, n, ok
+		}
+		return of(r), n, ok
+	}, func(br *bufio.Reader) (message, error) {
+		r, err := http.ReadResponse(br, req)
+		if err != nil {
+			return message{}, err
+		}
+		return of(r), nil
+	})
 }
 
 // checkBody: a Body of length bytes over rest reads what net/http's
@@ -160,34 +204,6 @@ type responseFields struct {
 func responseFieldsOf(r *http.Response) responseFields {
 	return responseFields{r.Status, r.Proto, r.StatusCode, r.ProtoMajor, r.ProtoMinor, r.Header, r.ContentLength,
 		r.TransferEncoding, r.Close, r.Trailer, r.Request}
-}
-
-func checkResponse(t *testing.T, raw []byte, req *http.Request) (taken bool) {
-	t.Helper()
-	got, n, ok := Response(raw, req)
-	if !ok {
-		if got != nil || n != 0 {
-			t.Fatalf("declined with a response or a length: %q", raw)
-		}
-		return false
-	}
-	src := bytes.NewReader(raw)
-	br := bufio.NewReader(src)
-	want, err := http.ReadResponse(br, req)
-	if err != nil {
-		t.Fatalf("took what net/http refuses (%v): %q", err, raw)
-	}
-	if read := len(raw) - br.Buffered() - src.Len(); read != n {
-		t.Fatalf("head of %d bytes, net/http read %d: %q", n, read, raw)
-	}
-	if g, w := responseFieldsOf(got), responseFieldsOf(want); !reflect.DeepEqual(g, w) {
-		t.Fatalf("for %q:\n got %+v\nwant %+v", raw, g, w)
-	}
-	if got.Body != nil || (want.Body == http.NoBody) != (got.ContentLength == 0) {
-		t.Fatalf("body: got %v, net/http's %T with ContentLength %d", got.Body, want.Body, want.ContentLength)
-	}
-	checkBody(t, raw[n:], got.ContentLength, want.Body)
-	return true
 }
 
 // TestRequestAsNetHTTP: the heads of a proxy's traffic are taken, and
