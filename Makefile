@@ -190,7 +190,8 @@ FUZZ_TARGETS := \
   FuzzScan:./sidecar/jsonscan FuzzScanner:./sidecar/usage FuzzWatch:./sidecar/responses FuzzBodySource:./sidecar/session \
   FuzzTokenExtract:./sidecar/session FuzzParse:./sidecar/modelserver FuzzSameAsJSONHandler:./sidecar/logjson \
   FuzzResponse:./sidecar/upstream FuzzFastCounts:./sidecar/usage FuzzConnection:./sidecar/downstream \
-  FuzzWriteRequest:./sidecar/upstream FuzzCleanQuery:./sidecar/proxy
+  FuzzWriteRequest:./sidecar/upstream FuzzCleanQuery:./sidecar/proxy \
+  FuzzRequest:./sidecar/httphead FuzzResponse:./sidecar/httphead
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} ($${t#*:}) for $(FUZZTIME)"; \
