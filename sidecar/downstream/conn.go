@@ -42,6 +42,12 @@ type conn struct {
 	body     requestBody   // its body; reused
 	fixed    httphead.Body // the bytes of a body httphead framed; reused
 	watch    watch
+	// deadlineLeft: a read deadline of the head's (awaitRequest's idle or
+	// first-byte one, readRequest's header one) may still be set. It is
+	// cleared only before a read that would heed it (a body not yet
+	// buffered, the watch's): most requests make none, and are spared a
+	// timer update (setReadDeadline).
+	deadlineLeft atomic.Bool
 	// lastMethod is the previous request's method: after a POST, stray
 	// line breaks before the next request are skipped (RFC 9112 section
 	// 2.2, for clients that end a body with one; net/http does the same).
@@ -182,10 +188,23 @@ func (c *conn) readRequest() (*http.Request, error) {
 			}
 		}
 	}
-	if c.s.ReadHeaderTimeout > 0 {
+	c.deadlineLeft.Store(true)
+	return req, nil
+}
+
+// setReadDeadline sets the connection's read deadline for what is read
+// next, in place of any the head's reads left.
+func (c *conn) setReadDeadline(t time.Time) error {
+	c.deadlineLeft.Store(false)
+	return c.nc.SetReadDeadline(t)
+}
+
+// clearLeftDeadline clears a read deadline the head's reads left before
+// a read that would heed it.
+func (c *conn) clearLeftDeadline() {
+	if c.deadlineLeft.Swap(false) {
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
-	return req, nil
 }
 
 // readHead reads the next request's head: by httphead, from the buffer,
@@ -379,6 +398,9 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	case b.err != nil:
 		return 0, b.err
 	}
+	if b.c.deadlineLeft.Load() && !b.Buffered() {
+		b.c.clearLeftDeadline()
+	}
 	if b.sendContinue {
 		b.sendContinue = false
 		b.c.w.writeContinue()
@@ -422,7 +444,7 @@ func (b *requestBody) drain() bool {
 		// A client waiting for 100 Continue has not sent its body.
 		return false
 	}
-	_ = b.c.nc.SetReadDeadline(time.Now().Add(drainTimeout))
+	_ = b.c.setReadDeadline(time.Now().Add(drainTimeout))
 	_, err := io.CopyN(io.Discard, b, maxDiscard+1)
 	return err == io.EOF && b.eof
 }

@@ -349,7 +349,7 @@ func (w *response) Flush() { _ = w.FlushError() }
 
 // SetReadDeadline and SetWriteDeadline set the connection's deadlines
 // for http.ResponseController (the proxy's body-read idle timeout).
-func (w *response) SetReadDeadline(t time.Time) error  { return w.c.nc.SetReadDeadline(t) }
+func (w *response) SetReadDeadline(t time.Time) error  { return w.c.setReadDeadline(t) }
 func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
 
 // finish completes the response after the handler returned: the framing

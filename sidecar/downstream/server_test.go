@@ -220,6 +220,52 @@ func TestIdleAndHeaderTimeouts(t *testing.T) {
 	}
 }
 
+// The head's timeouts bound the head only: the deadline they leave (it
+// is cleared lazily, deadlineLeft) must not cut a body that arrives
+// later than they, read by a handler that sets no deadline of its own,
+// nor end the watch of a request that runs longer than they (a client
+// gone after them still cancels it), on a new connection (the header
+// timeout's deadline) and a reused one (the idle timeout's).
+func TestTheHeadsTimeoutsEndWithTheHead(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	got := make(chan string, 1)
+	addr := start(t, &Server{IdleTimeout: timeout, ReadHeaderTimeout: timeout, WatchAfter: time.Millisecond,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				got <- "body: " + err.Error()
+				return
+			}
+			if r.URL.Path == "/wait" {
+				select {
+				case <-r.Context().Done():
+					got <- "canceled"
+				case <-time.After(5 * time.Second):
+					got <- "not canceled"
+				}
+				return
+			}
+			got <- string(b)
+			io.WriteString(w, "ok")
+		})})
+	c, br := dial(t, addr)
+	for i := range 2 { // the first on a new connection, the second reused
+		io.WriteString(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+		time.Sleep(3 * timeout)
+		io.WriteString(c, "cd")
+		if b := <-got; b != "abcd" {
+			t.Fatalf("request %d: the handler read %q, want the whole body", i, b)
+		}
+		readBody(t, br)
+	}
+	io.WriteString(c, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(3 * timeout) // the watch reads, past the idle deadline
+	c.Close()
+	if r := <-got; r != "canceled" {
+		t.Fatalf("a client gone after the idle timeout: %s", r)
+	}
+}
+
 // A client asking for 100 Continue gets it once the handler reads the
 // body, and only then sends the body.
 func TestExpectContinue(t *testing.T) {

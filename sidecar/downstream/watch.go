@@ -99,6 +99,9 @@ func (w *watch) run() {
 		w.mu.Unlock()
 		return
 	}
+	// Under mu, before reading is set: disarm's deadline in the past,
+	// set once it sees reading, must not be overwritten.
+	w.c.clearLeftDeadline()
 	w.reading = true
 	w.mu.Unlock()
 

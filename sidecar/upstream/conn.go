@@ -38,8 +38,8 @@ type conn struct {
 	bw        *bufio.Writer   // over nc
 	reused    bool            // carried a request before this one
 	idleSince time.Time
-	peek      func(fd uintptr) bool // alive's probe, made once
-	abortFn   func()                // abort, made once: a method value per request would be an allocation
+	peek      func(fd uintptr) // alive's probe, made once
+	abortFn   func()           // abort, made once: a method value per request would be an allocation
 	peekBuf   [1]byte
 	peekN     int
 	peekErr   syscall.Errno
@@ -127,10 +127,15 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 		}
 		return nil, c.failure(ctx, err)
 	}
-	_ = c.nc.SetReadDeadline(time.Time{})
 	if resp.StatusCode == http.StatusSwitchingProtocols ||
 		resp.Body != http.NoBody && !(resp.Body == nil && resp.ContentLength <= int64(c.br.Buffered())) {
-		w.start() // the body (or the upgraded connection) is read from the connection
+		// The body (or the upgraded connection) is read from the
+		// connection, without awaitResponse's deadline. One the buffer
+		// holds whole reads nothing more: the deadline is left, a timer
+		// update spared, until the next round trip sets its own (alive's
+		// probe does not heed it).
+		_ = c.nc.SetReadDeadline(time.Time{})
+		w.start()
 	}
 	return c.withBody(resp, req, w.stop), nil
 }
@@ -298,22 +303,24 @@ func (c *conn) alive() bool {
 	if c.raw == nil {
 		return true
 	}
-	if err := c.raw.Read(c.peek); err != nil {
+	if err := c.raw.Control(c.peek); err != nil {
 		return false
 	}
 	return c.peekN < 0 && (c.peekErr == syscall.EAGAIN || c.peekErr == syscall.EWOULDBLOCK)
 }
 
 // peekFD is alive's probe: one non-blocking MSG_PEEK of a byte (the raw
-// system call: syscall.Recvfrom allocates a socket address per call).
-func (c *conn) peekFD(fd uintptr) bool {
+// system call: syscall.Recvfrom allocates a socket address per call). It
+// runs under RawConn.Control, not Read: it never waits, so it needs no
+// poller, and a read deadline left from the last round trip, past by
+// now, must not fail it.
+func (c *conn) peekFD(fd uintptr) {
 	n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.peekBuf[0])), 1,
 		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 	c.peekN, c.peekErr = int(n), errno
 	if errno != 0 {
 		c.peekN = -1
 	}
-	return true
 }
 
 // oneWrite is the buffered writer Request.Write is given: a

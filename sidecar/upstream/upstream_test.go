@@ -618,6 +618,32 @@ func TestRequestLeavesInOneWrite(t *testing.T) {
 	}
 }
 
+// TestReuseAfterTheWaitsDeadlinePassed: a response read whole leaves
+// awaitResponse's short read deadline on the connection (clearing it
+// would cost a timer update per request); once it has passed, the idle
+// connection must still be found alive and reused, and its next response
+// read without a timeout.
+func TestReuseAfterTheWaitsDeadlinePassed(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") != "" {
+			time.Sleep(3 * abortCheck)
+		}
+		io.WriteString(w, "ok")
+	})
+	tr := newTransport(Options{})
+	defer tr.CloseIdleConnections()
+	for i, url := range []string{s.URL, s.URL, s.URL + "?slow=1"} {
+		resp, body, reused := do(t, tr, post(t, url, ""))
+		if resp.StatusCode != 200 || body != "ok" || reused != (i > 0) {
+			t.Fatalf("request %d: %d %q reused=%v", i, resp.StatusCode, body, reused)
+		}
+		time.Sleep(2 * abortCheck) // past any deadline the round trip set
+	}
+	if n := s.accepted.Load(); n != 1 {
+		t.Errorf("the server accepted %d connections, want 1", n)
+	}
+}
+
 // TestResponsesAreParsedInPlace: a model server's answer is read by
 // httphead and its body framed in the round trip's own body (a change
 // that sent it back to http.ReadResponse would pass every other test).
