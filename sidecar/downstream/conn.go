@@ -146,7 +146,7 @@ func (c *conn) readRequest() (*http.Request, error) {
 	// buffer already holds whole (most: it came in one segment, which
 	// awaitRequest's Peek took) is read without any, which spares a
 	// clock read and a timer's update per request.
-	if d := c.s.ReadHeaderTimeout; d > 0 && !httphead.Complete(c.buffered()) {
+	if d := c.s.ReadHeaderTimeout; d > 0 && !httphead.Complete(httphead.Unread(c.br)) {
 		_ = c.nc.SetReadDeadline(time.Now().Add(d))
 	}
 	if c.lastMethod == http.MethodPost {
@@ -175,16 +175,15 @@ func (c *conn) readRequest() (*http.Request, error) {
 	if req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
 		return nil, statusError{http.StatusBadRequest, "malformed Host header"}
 	}
-	for k, vv := range req.Header {
-		if parsed {
-			break // httphead took only valid names and values
-		}
-		if !httpguts.ValidHeaderFieldName(k) {
-			return nil, statusError{http.StatusBadRequest, "invalid header name"}
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return nil, statusError{http.StatusBadRequest, "invalid header value"}
+	if !parsed { // httphead took only valid names and values
+		for k, vv := range req.Header {
+			if !httpguts.ValidHeaderFieldName(k) {
+				return nil, statusError{http.StatusBadRequest, "invalid header name"}
+			}
+			for _, v := range vv {
+				if !httpguts.ValidHeaderFieldValue(v) {
+					return nil, statusError{http.StatusBadRequest, "invalid header value"}
+				}
 			}
 		}
 	}
@@ -212,7 +211,7 @@ func (c *conn) clearLeftDeadline() {
 // parsed then), by http.ReadRequest otherwise. Either way the request is
 // what http.ReadRequest makes of it.
 func (c *conn) readHead() (req *http.Request, parsed bool, err error) {
-	if buf := c.buffered(); len(buf) > 0 {
+	if buf := httphead.Unread(c.br); len(buf) > 0 {
 		if req, n, ok := httphead.Request(buf); ok {
 			_, _ = c.br.Discard(n)
 			req.Body = http.NoBody
@@ -225,12 +224,6 @@ func (c *conn) readHead() (req *http.Request, parsed bool, err error) {
 	}
 	req, err = http.ReadRequest(c.br)
 	return req, false, err
-}
-
-// buffered is what the connection's reader holds, unread.
-func (c *conn) buffered() []byte {
-	buf, _ := c.br.Peek(c.br.Buffered())
-	return buf
 }
 
 // refuse answers a request that could not be read, as net/http does

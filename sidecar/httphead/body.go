@@ -44,3 +44,10 @@ func (b *Body) Buffered() bool { return b.left <= int64(b.r.Buffered()) }
 // Close does nothing: what is left unread stays on the connection, for
 // its owner to drain or close.
 func (b *Body) Close() error { return nil }
+
+// Unread is what r holds, unread: where Request and Response find a
+// head, and Complete judges one, without reading the connection.
+func Unread(r *bufio.Reader) []byte {
+	buf, _ := r.Peek(r.Buffered())
+	return buf
+}

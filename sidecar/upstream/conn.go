@@ -201,12 +201,6 @@ func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time
 	return c.readResponse(req, h, &deadline)
 }
 
-// buffered is what the connection's reader holds, unread.
-func (c *conn) buffered() []byte {
-	buf, _ := c.br.Peek(c.br.Buffered())
-	return buf
-}
-
 // readResponse reads the final response's headers, skipping 100 Continue
 // and passing other 1xx responses to the hooks. With a deadline, the
 // reads of a head the buffer does not hold whole (and of any after a
@@ -217,7 +211,7 @@ func (c *conn) readResponse(req *http.Request, h hooks, deadline *time.Time) (*h
 		defer func() { c.in.n = -1 }()
 	}
 	for n1xx := 0; ; n1xx++ {
-		if deadline != nil && (n1xx > 0 || !httphead.Complete(c.buffered())) {
+		if deadline != nil && (n1xx > 0 || !httphead.Complete(httphead.Unread(c.br))) {
 			_ = c.nc.SetReadDeadline(*deadline) // not awaitResponse's few milliseconds
 			deadline = nil
 		}
@@ -252,8 +246,7 @@ func (c *conn) readHead(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	buf, _ := c.br.Peek(c.br.Buffered())
-	if resp, n, ok := httphead.Response(buf, req); ok {
+	if resp, n, ok := httphead.Response(httphead.Unread(c.br), req); ok {
 		_, _ = c.br.Discard(n)
 		if resp.ContentLength == 0 {
 			resp.Body = http.NoBody
