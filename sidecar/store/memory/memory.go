@@ -208,10 +208,9 @@ func (s *Store) Close() error {
 }
 
 // sweepLoop frees expired entries: every shard once per interval, in one
-// wake-up (a timer per shard woke an idle sidecar 64 times a second, a
-// fifth of its idle CPU), yielding the thread between shards so that a
-// sweep of a million bindings does not hold it for a whole pass while
-// requests wait.
+// wake-up (a tick per shard woke an idle sidecar 64 times a second),
+// yielding the thread between shards so that a sweep of a million
+// bindings does not hold it for a whole pass while requests wait.
 func (s *Store) sweepLoop(interval time.Duration) {
 	defer close(s.done)
 	t := time.NewTicker(interval)
