@@ -59,7 +59,8 @@ type Options struct {
 	// Max is the thread count under load (GOMAXPROCS as the sidecar
 	// starts); below 2 there is nothing to adapt and Run returns.
 	Max int
-	// Tick is how often the process's CPU time is read.
+	// Tick is how often the process's CPU time is read (IdleTick while
+	// near idle).
 	Tick time.Duration
 	// Up is the share of one core, averaged over the last UpAfter on one
 	// thread, that brings Max threads back. An UpAfter shorter than Tick
@@ -242,8 +243,10 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 
 // window sums the readings of the last UpAfter, newest first, the oldest
 // one that reaches past it counted for its part inside (a reading after
-// IdleTick is longer than the window). Fewer readings than fill it (ticks
-// the ticker delivered early) are summed as they are.
+// IdleTick is longer than the window). Readings that together fall short
+// of it (the ring holds UpAfter/Tick of them, and a reading can end a
+// little before Tick has passed: the clock runs between the timer and the
+// reading) are summed as they are.
 func (c *Controller) window() (used, passed time.Duration) {
 	for i := range c.recent {
 		s := c.recent[(c.next-1-i+2*len(c.recent))%len(c.recent)]
