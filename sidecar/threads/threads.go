@@ -244,9 +244,8 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 // window sums the readings of the last UpAfter, newest first, the oldest
 // one that reaches past it counted for its part inside (a reading after
 // IdleTick is longer than the window). Readings that together fall short
-// of it (the ring holds UpAfter/Tick of them, and a reading can end a
-// little before Tick has passed: the clock runs between the timer and the
-// reading) are summed as they are.
+// of it (the ring holds UpAfter/Tick of them, so only readings shorter
+// than Tick, which Run does not make, can) are summed as they are.
 func (c *Controller) window() (used, passed time.Duration) {
 	for i := range c.recent {
 		s := c.recent[(c.next-1-i+2*len(c.recent))%len(c.recent)]
