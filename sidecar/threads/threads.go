@@ -23,6 +23,14 @@
 // of one thread now and then at loads one thread serves with a lower
 // tail than two (README "Threads": at 2,000 requests/s a one-tick Up kept
 // two threads for good, at about 15% more CPU per request).
+//
+// While the sidecar is near idle (one thread, the last reading under Idle
+// of a core) it reads every IdleTick instead: the 10 ms tick was 100
+// wake-ups a second of a process that otherwise has nothing to do, a
+// third of an idle sidecar's CPU. A load that fills the thread from idle
+// is then seen at the next reading, at most IdleTick later; the window
+// Up judges is the last UpAfter of time, so that reading counts for
+// what it measured and no more.
 package threads
 
 import (
@@ -42,6 +50,8 @@ const (
 	DefaultUpAfter   = 50 * time.Millisecond
 	DefaultDown      = 0.4
 	DefaultDownAfter = time.Second
+	DefaultIdle      = 0.05
+	DefaultIdleTick  = 100 * time.Millisecond
 )
 
 // Options configure Run. Zero values take the defaults.
@@ -49,7 +59,8 @@ type Options struct {
 	// Max is the thread count under load (GOMAXPROCS as the sidecar
 	// starts); below 2 there is nothing to adapt and Run returns.
 	Max int
-	// Tick is how often the process's CPU time is read.
+	// Tick is how often the process's CPU time is read (IdleTick while
+	// near idle).
 	Tick time.Duration
 	// Up is the share of one core, averaged over the last UpAfter on one
 	// thread, that brings Max threads back. An UpAfter shorter than Tick
@@ -60,6 +71,11 @@ type Options struct {
 	// threads, under which the sidecar returns to one thread.
 	Down      float64
 	DownAfter time.Duration
+	// Idle is the share of one core, over the last reading on one
+	// thread, under which the next reading comes after IdleTick (longer
+	// than Tick: fewer wake-ups of a sidecar with little to do).
+	Idle     float64
+	IdleTick time.Duration
 
 	// CPU returns the process's CPU time so far (ProcessCPU); Set sets
 	// the thread count (runtime.GOMAXPROCS). Tests replace them.
@@ -87,6 +103,12 @@ func (o *Options) defaults() {
 	}
 	if o.DownAfter <= 0 {
 		o.DownAfter = DefaultDownAfter
+	}
+	if o.Idle <= 0 {
+		o.Idle = DefaultIdle
+	}
+	if o.IdleTick <= 0 {
+		o.IdleTick = DefaultIdleTick
 	}
 	if o.CPU == nil {
 		o.CPU = ProcessCPU
@@ -133,7 +155,7 @@ func Run(ctx context.Context, o Options) {
 	}
 	set(c.Procs())
 	defer set(o.Max)
-	t := time.NewTicker(o.Tick)
+	t := time.NewTimer(c.Next())
 	defer t.Stop()
 	last, lastAt := o.CPU(), time.Now()
 	for {
@@ -154,6 +176,7 @@ func Run(ctx context.Context, o Options) {
 			o.Log.Debug("go runtime: thread count changed", "gomaxprocs", n)
 		}
 		last, lastAt = now, at
+		t.Reset(c.Next())
 	}
 }
 
@@ -164,9 +187,9 @@ type Controller struct {
 	// On Max threads: the CPU time used and the time passed in the
 	// current window.
 	used, passed time.Duration
-	// The last ticks, as many as fit in UpAfter (on either count: the
-	// window is full when the count drops to one), oldest at
-	// recent[next]; Up judges their average.
+	// The last readings, as many ticks as fit in UpAfter (on either
+	// count: the window is full when the count drops to one), oldest at
+	// recent[next]; Up judges the last UpAfter of them (window).
 	recent []sample
 	next   int
 }
@@ -198,11 +221,7 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 	c.recent[c.next] = sample{used, passed}
 	c.next = (c.next + 1) % len(c.recent)
 	if c.procs == 1 {
-		var u, p time.Duration
-		for _, s := range c.recent {
-			u, p = u+s.used, p+s.passed
-		}
-		if float64(u) >= c.o.Up*float64(p) {
+		if u, p := c.window(); float64(u) >= c.o.Up*float64(p) {
 			c.procs, c.used, c.passed = c.o.Max, 0, 0
 			return c.procs, true
 		}
@@ -220,4 +239,30 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 		return 1, true
 	}
 	return c.procs, false
+}
+
+// window sums the readings of the last UpAfter, newest first, the oldest
+// one that reaches past it counted for its part inside (a reading after
+// IdleTick is longer than the window). Readings that together fall short
+// of it (the ring holds UpAfter/Tick of them, so only readings shorter
+// than Tick, which Run does not make, can) are summed as they are.
+func (c *Controller) window() (used, passed time.Duration) {
+	for i := range c.recent {
+		s := c.recent[(c.next-1-i+2*len(c.recent))%len(c.recent)]
+		if left := c.o.UpAfter - passed; s.passed > left {
+			return used + time.Duration(float64(s.used)*float64(left)/float64(s.passed)), c.o.UpAfter
+		}
+		used, passed = used+s.used, passed+s.passed
+	}
+	return used, passed
+}
+
+// Next is how long until the next reading: IdleTick on one thread after
+// a reading under Idle of a core, Tick otherwise.
+func (c *Controller) Next() time.Duration {
+	last := c.recent[(c.next-1+len(c.recent))%len(c.recent)]
+	if c.procs == 1 && float64(last.used) < c.o.Idle*float64(last.passed) {
+		return c.o.IdleTick
+	}
+	return c.o.Tick
 }

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,4 +193,95 @@ func TestRunWithOneThreadDoesNothing(t *testing.T) {
 	if set != 0 {
 		t.Fatalf("set the thread count %d times with Max 1", set)
 	}
+}
+
+// A near-idle sidecar reads its CPU time every IdleTick, not every Tick;
+// a reading with load in it, or two threads, bring the short tick back.
+func TestControllerReadsLessOftenWhenIdle(t *testing.T) {
+	c := NewController(Options{Max: 2, Tick: tick})
+	if got := c.Next(); got != DefaultIdleTick {
+		t.Fatalf("at start (idle): next reading after %v, want %v", got, DefaultIdleTick)
+	}
+	c.Observe(load(0.04), tick)
+	if got := c.Next(); got != DefaultIdleTick {
+		t.Fatalf("after 0.04 of a core: next reading after %v, want %v", got, DefaultIdleTick)
+	}
+	c.Observe(load(0.05), tick)
+	if got := c.Next(); got != tick {
+		t.Fatalf("after 0.05 of a core: next reading after %v, want %v", got, tick)
+	}
+	for c.Procs() == 1 {
+		c.Observe(load(1), tick)
+	}
+	c.Observe(0, tick)
+	if got := c.Next(); got != tick {
+		t.Fatalf("idle on two threads: next reading after %v, want %v (the quiet window is counted in ticks)", got, tick)
+	}
+}
+
+// Up judges the last UpAfter of time: a long reading (after IdleTick)
+// counts for the part of it inside the window, not as a whole.
+func TestControllerJudgesTheLastUpAfterOfALongReading(t *testing.T) {
+	long := DefaultIdleTick
+	c := NewController(Options{Max: 2, Tick: tick})
+	c.Observe(0, long)
+	// A long reading the load filled: its last 50 ms were full, so two
+	// threads at once.
+	if n, _ := c.Observe(long, long); n != 2 {
+		t.Fatalf("a long reading at a full core: %d threads, want 2", n)
+	}
+
+	c = NewController(Options{Max: 2, Tick: tick})
+	c.Observe(0, long)
+	// A long reading at 0.3 of a core, then ticks at a full one: the
+	// window is 30 ms of the long reading and 20 ms of ticks after two
+	// (0.58), 20 and 30 after three (0.72).
+	c.Observe(time.Duration(0.3*float64(long)), long)
+	for i, want := range []int{1, 1, 2} {
+		if n, _ := c.Observe(load(1), tick); n != want {
+			t.Fatalf("tick %d at a full core after a long reading at 0.3: %d threads, want %d", i+1, n, want)
+		}
+	}
+}
+
+// Run reads every IdleTick while idle and every Tick under load (fake
+// time: the synctest bubble's clock).
+func TestRunReadsLessOftenWhenIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var cpu, reads atomic.Int64
+		var procs atomic.Int32
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			Run(ctx, Options{
+				Max: 2,
+				CPU: func() time.Duration { reads.Add(1); return time.Duration(cpu.Load()) },
+				Set: func(n int) { procs.Store(int32(n)) },
+			})
+		}()
+		time.Sleep(time.Second + time.Millisecond)
+		if n := reads.Load(); n != 11 { // at start, then one per IdleTick
+			t.Fatalf("idle for 1s: %d readings, want 11", n)
+		}
+		// A full core from now on.
+		start := time.Now()
+		loaded := make(chan struct{})
+		defer func() { cancel(); <-loaded }()
+		go func() {
+			defer close(loaded)
+			for ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+				cpu.Store(int64(time.Since(start)))
+			}
+		}()
+		time.Sleep(time.Second)
+		if n := reads.Load() - 11; n < 90 {
+			t.Fatalf("under load for 1s: %d readings, want about 100 (one per Tick)", n)
+		}
+		if p := procs.Load(); p != 2 {
+			t.Fatalf("under load: %d threads, want 2", p)
+		}
+	})
 }

@@ -246,6 +246,28 @@ func testBackgroundSweeper(t *testing.T) {
 	}
 }
 
+// The sweeper wakes once per interval and sweeps every shard then: an
+// idle sidecar is woken once a second, not once per shard.
+func TestSweeperWakesOncePerInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mustNew(t, 1000, Options{SweepInterval: 64 * time.Millisecond})
+		defer s.Close()
+		for i := range 200 {
+			s.Create(ctx, fmt.Sprint("k", i), store.Binding{Pod: "a"}, time.Millisecond)
+		}
+		time.Sleep(48 * time.Millisecond)
+		synctest.Wait()
+		if n := s.Len(); n != 200 {
+			t.Fatalf("three quarters of an interval in: %d entries left, want all 200 (no sweep yet)", n)
+		}
+		time.Sleep(16 * time.Millisecond)
+		synctest.Wait()
+		if n := s.Len(); n != 0 {
+			t.Fatalf("one interval in: %d entries left, want 0", n)
+		}
+	})
+}
+
 func TestConcurrentCreatesConverge(t *testing.T) {
 	s := newStore(t, 1000)
 	const n = 16
