@@ -89,7 +89,7 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 func hopMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("hop", flag.ExitOnError)
 	bin := fs.String("bin", "bin", "directory with tether-sidecar and modelsim")
-	runs := fs.Int("runs", 1, "repeat the whole measurement this many times, each with fresh processes, and end with each proxy's median and range of its runs' own ratios to HAProxy (one run's p99 is a few bursts deep: README \"How much one run decides\")")
+	runs := fs.Int("runs", 1, "repeat the whole measurement this many times, each with fresh processes and every other one in the opposite order, and end with each proxy's median and range of its runs' own ratios to HAProxy, and tether's to "+hop.TetherBaseline+"'s when both ran (one run's p99 is a few bursts deep: README \"How much one run decides\")")
 	var h hopFlags
 	h.register(fs, hopDefaults)
 	_ = fs.Parse(args)
@@ -99,7 +99,7 @@ func hopMain(ctx context.Context, args []string) error {
 	fmt.Println("bench hop", strings.Join(args, " "))
 	var all []*hop.Results
 	for i := range *runs {
-		res, err := hopRun(ctx, *bin, h)
+		res, err := hopRun(ctx, *bin, h, i%2 == 1)
 		if err != nil {
 			return err
 		}
@@ -113,12 +113,16 @@ func hopMain(ctx context.Context, args []string) error {
 		for _, t := range hop.Spread(all) {
 			t.Text(os.Stdout)
 		}
+		if t := hop.Paired(all); t != nil {
+			t.Text(os.Stdout)
+		}
 	}
 	return nil
 }
 
-// hopRun is one measurement with its own processes, stopped at its end.
-func hopRun(ctx context.Context, bin string, h hopFlags) (*hop.Results, error) {
+// hopRun is one measurement with its own processes, stopped at its end;
+// reversed measures the proxies in the opposite order.
+func hopRun(ctx context.Context, bin string, h hopFlags, reversed bool) (*hop.Results, error) {
 	env, err := procs.NewEnv(bin)
 	if err != nil {
 		return nil, err
@@ -129,6 +133,7 @@ func hopRun(ctx context.Context, bin string, h hopFlags) (*hop.Results, error) {
 		return nil, err
 	}
 	o.Step = func(s string) { fmt.Fprintln(os.Stderr, "…", s) }
+	o.Reversed = reversed
 	return hop.Run(ctx, o)
 }
 

@@ -39,6 +39,12 @@ type Options struct {
 	GoDebug string
 	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
 	BaselineBinary string
+	// Reversed measures the proxies in the opposite order: `bench hop
+	// -runs` sets it on every other run, so that over the runs each
+	// proxy is measured as often early as late in a point's sequence (a
+	// slot of its own reads a few percent differently on this machine;
+	// README "How much one run decides").
+	Reversed bool
 	// Step is called before every measurement (progress reporting).
 	Step func(what string)
 	// Skip is told, at the end of each mode's search, how many of the
@@ -66,6 +72,17 @@ func (o *Options) setDefaults() {
 		o.Step = func(string) {}
 	}
 	o.Proxies = append([]string{Direct}, slices.DeleteFunc(slices.Clone(o.Proxies), func(p string) bool { return p == Direct })...)
+}
+
+// order is the order the proxies are measured in at a mode's ri-th rate:
+// as listed at even ones, the opposite at odd ones; the other way round
+// when Reversed.
+func (o *Options) order(ri int) []string {
+	order := slices.Clone(o.Proxies)
+	if (ri%2 == 1) != o.Reversed {
+		slices.Reverse(order)
+	}
+	return order
 }
 
 func (o *Options) rates(m Mode) []float64 {
@@ -143,7 +160,8 @@ func (r *Results) Point(proxy string, mode Mode, rate float64) *Point {
 
 // Run starts the backends and every proxy, then measures each rate and
 // mode for every proxy in turn (the order of proxies reversed at every
-// other rate, so that none always runs right after the same other).
+// other rate, so that none always runs right after the same other, and
+// at every rate when Reversed).
 func Run(ctx context.Context, o Options) (*Results, error) {
 	o.setDefaults()
 	// The backends are one modelsim process (one backend per listener),
@@ -170,11 +188,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	res := &Results{Opts: o}
 	for _, mode := range o.Modes {
 		for ri, rate := range o.rates(mode) {
-			order := slices.Clone(o.Proxies)
-			if ri%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, name := range order {
+			for _, name := range o.order(ri) {
 				o.Step(fmt.Sprintf("hop %s %s %.0f/s", name, mode, rate))
 				p, err := measure(ctx, targets[name], backends, o, mode, rate, o.Warmup, o.Duration)
 				if err != nil {

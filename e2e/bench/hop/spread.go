@@ -80,3 +80,47 @@ func spread(vs []float64, f func(float64) string) string {
 	}
 	return fmt.Sprintf("%s (%s–%s)", f(med), f(s[0]), f(s[len(s)-1]))
 }
+
+// Paired compares tether with the build in the TetherBaseline slot, each
+// run within itself, at every mode and rate where both ran: the median
+// and range of tether's CPU per request, p99 and p99.9 over the
+// baseline's, and in how many runs tether used less CPU. A change moves
+// CPU by a few percent, about what one run's noise does, so its verdict
+// is the count over runs in both orders (-runs alternates them) rather
+// than any one run. Nil when no run has both.
+func Paired(runs []*Results) *table.Table {
+	if len(runs) == 0 {
+		return nil
+	}
+	o := runs[0].Opts
+	t := &table.Table{Title: fmt.Sprintf("tether ÷ %s: over %d runs, median (lowest–highest) of each run's own ratios", Labels[TetherBaseline], len(runs)),
+		Head: []string{"point", "runs", "CPU ×baseline", "tether's CPU lower in", "p99 ×baseline", "p99.9 ×baseline"}}
+	for _, mode := range o.Modes {
+		for _, rate := range o.rates(mode) {
+			var cpu, p99, p999 []float64
+			lower := 0
+			for _, r := range runs {
+				p, b := r.Point(Tether, mode, rate), r.Point(TetherBaseline, mode, rate)
+				if p == nil || b == nil || p.Res.OK == 0 || b.Res.OK == 0 || b.CPUPer1k == 0 {
+					continue
+				}
+				cpu = append(cpu, float64(p.CPUPer1k)/float64(b.CPUPer1k))
+				if p.CPUPer1k < b.CPUPer1k {
+					lower++
+				}
+				p99 = append(p99, float64(p.Res.Latency.Quantile(0.99))/float64(b.Res.Latency.Quantile(0.99)))
+				p999 = append(p999, float64(p.Res.Latency.Quantile(0.999))/float64(b.Res.Latency.Quantile(0.999)))
+			}
+			if len(cpu) == 0 {
+				continue
+			}
+			ratio := func(v float64) string { return Ratio(v, 1) }
+			t.Add(fmt.Sprintf("%s, %.0f/s", mode, rate), fmt.Sprint(len(cpu)), spread(cpu, ratio),
+				fmt.Sprintf("%d of %d", lower, len(cpu)), spread(p99, ratio), spread(p999, ratio))
+		}
+	}
+	if len(t.Rows) == 0 {
+		return nil
+	}
+	return t
+}

@@ -1,6 +1,7 @@
 package hop
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,13 +13,6 @@ import (
 // spreadRun makes one run's results at 2,000 req/s: direct, HAProxy and tether
 // with every latency at the given p99 and the given CPU per 1,000.
 func spreadRun(directP99, haproxyP99, tetherP99 time.Duration, haproxyCPU, tetherCPU time.Duration) *Results {
-	point := func(proxy string, lat, cpu time.Duration) Point {
-		r := &loadgen.Result{Offered: 2000, Sent: 100, OK: 100, Latency: &loadgen.Histogram{}, Lateness: &loadgen.Histogram{}}
-		for range 100 {
-			r.Latency.Record(lat)
-		}
-		return Point{Proxy: proxy, Mode: NonStreaming, Rate: 2000, Res: r, CPUPer1k: cpu}
-	}
 	return &Results{
 		Opts: Options{Proxies: []string{Direct, HAProxy, Tether}, Modes: []Mode{NonStreaming}, Rates: []float64{2000}},
 		Points: []Point{
@@ -27,6 +21,16 @@ func spreadRun(directP99, haproxyP99, tetherP99 time.Duration, haproxyCPU, tethe
 			point(Tether, tetherP99, tetherCPU),
 		},
 	}
+}
+
+// point is one proxy at 2,000 req/s, every latency lat, CPU per 1,000
+// requests cpu.
+func point(proxy string, lat, cpu time.Duration) Point {
+	r := &loadgen.Result{Offered: 2000, Sent: 100, OK: 100, Latency: &loadgen.Histogram{}, Lateness: &loadgen.Histogram{}}
+	for range 100 {
+		r.Latency.Record(lat)
+	}
+	return Point{Proxy: proxy, Mode: NonStreaming, Rate: 2000, Res: r, CPUPer1k: cpu}
 }
 
 func TestSpreadTakesEachRunsOwnRatios(t *testing.T) {
@@ -68,5 +72,55 @@ func TestSpreadFormatsMedianAndRange(t *testing.T) {
 		if got := spread(c.vs, f); got != c.want {
 			t.Errorf("spread(%v) = %q, want %q", c.vs, got, c.want)
 		}
+	}
+}
+
+func TestPairedComparesTetherWithItsBaselineInEachRun(t *testing.T) {
+	ms := time.Millisecond
+	run := func(tetherP99, baseP99, tetherCPU, baseCPU time.Duration) *Results {
+		return &Results{
+			Opts:   Options{Proxies: []string{Direct, HAProxy, Tether, TetherBaseline}, Modes: []Mode{NonStreaming}, Rates: []float64{2000}},
+			Points: []Point{point(Direct, ms, 0), point(HAProxy, 2*ms, 80*ms), point(Tether, tetherP99, tetherCPU), point(TetherBaseline, baseP99, baseCPU)},
+		}
+	}
+	runs := []*Results{
+		run(2*ms, 4*ms, 90*ms, 100*ms),          // CPU 0.9×, p99 0.5×
+		run(3*ms, 3*ms, 110*ms, 100*ms),         // CPU 1.1×, p99 1×
+		run(8*ms, 4*ms, 95*ms, 100*ms),          // CPU 0.95×, p99 2×
+		spreadRun(ms, 2*ms, 2*ms, 80*ms, 50*ms), // no baseline in this run: left out
+	}
+	tab := Paired(runs)
+	if tab == nil || len(tab.Rows) != 1 {
+		t.Fatalf("want one row, got %+v", tab)
+	}
+	want := []string{"non-streaming, 2000/s", "3", "0.95× (0.90×–1.10×)", "2 of 3", "1.00× (0.50×–2.00×)", "1.00× (0.50×–2.00×)"}
+	for i, w := range want {
+		if got := tab.Rows[0][i]; got != w {
+			t.Errorf("column %q: %q, want %q", tab.Head[i], got, w)
+		}
+	}
+	if !strings.Contains(tab.Title, "over 4 runs") {
+		t.Errorf("title %q", tab.Title)
+	}
+	if Paired(runs[3:]) != nil || Paired(nil) != nil {
+		t.Error("a table for runs without a baseline")
+	}
+}
+
+func TestOrderAlternatesByRateAndReversed(t *testing.T) {
+	o := Options{Proxies: []string{Direct, HAProxy, Tether}}
+	fwd, rev := []string{Direct, HAProxy, Tether}, []string{Tether, HAProxy, Direct}
+	for _, c := range []struct {
+		reversed bool
+		ri       int
+		want     []string
+	}{{false, 0, fwd}, {false, 1, rev}, {false, 2, fwd}, {true, 0, rev}, {true, 1, fwd}} {
+		o.Reversed = c.reversed
+		if got := o.order(c.ri); !slices.Equal(got, c.want) {
+			t.Errorf("Reversed %v, rate %d: %v, want %v", c.reversed, c.ri, got, c.want)
+		}
+	}
+	if !slices.Equal(o.Proxies, fwd) {
+		t.Errorf("order changed the options' list: %v", o.Proxies)
 	}
 }
