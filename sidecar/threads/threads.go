@@ -248,7 +248,7 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 // than Tick, which Run does not make, can) are summed as they are.
 func (c *Controller) window() (used, passed time.Duration) {
 	for i := range c.recent {
-		s := c.recent[(c.next-1-i+2*len(c.recent))%len(c.recent)]
+		s := c.ago(i)
 		if left := c.o.UpAfter - passed; s.passed > left {
 			return used + time.Duration(float64(s.used)*float64(left)/float64(s.passed)), c.o.UpAfter
 		}
@@ -260,9 +260,15 @@ func (c *Controller) window() (used, passed time.Duration) {
 // Next is how long until the next reading: IdleTick on one thread after
 // a reading under Idle of a core, Tick otherwise.
 func (c *Controller) Next() time.Duration {
-	last := c.recent[(c.next-1+len(c.recent))%len(c.recent)]
+	last := c.ago(0)
 	if c.procs == 1 && float64(last.used) < c.o.Idle*float64(last.passed) {
 		return c.o.IdleTick
 	}
 	return c.o.Tick
+}
+
+// ago is the reading i before the newest (0: the newest).
+func (c *Controller) ago(i int) sample {
+	n := len(c.recent)
+	return c.recent[((c.next-1-i)%n+n)%n]
 }

@@ -36,12 +36,11 @@ func Spread(runs []*Results) []*table.Table {
 				var cpu, p99, p999, added, hAdded []float64
 				for _, r := range runs {
 					p, h := r.Point(name, mode, rate), r.Point(HAProxy, mode, rate)
-					if p == nil || h == nil || p.Res.OK == 0 || h.Res.OK == 0 || h.CPUPer1k == 0 {
+					c, q99, q999, ok := against(p, h)
+					if !ok {
 						continue
 					}
-					cpu = append(cpu, float64(p.CPUPer1k)/float64(h.CPUPer1k))
-					p99 = append(p99, float64(p.Res.Latency.Quantile(0.99))/float64(h.Res.Latency.Quantile(0.99)))
-					p999 = append(p999, float64(p.Res.Latency.Quantile(0.999))/float64(h.Res.Latency.Quantile(0.999)))
+					cpu, p99, p999 = append(cpu, c), append(p99, q99), append(p999, q999)
 					if a, ok := r.Added(p, 0.99); ok {
 						added = append(added, float64(a)/1e6)
 					}
@@ -63,6 +62,16 @@ func Spread(runs []*Results) []*table.Table {
 		}
 	}
 	return out
+}
+
+// against is p's CPU per request, p99 and p99.9 over ref's in one run;
+// false when either point is missing, has no answer, or ref no CPU.
+func against(p, ref *Point) (cpu, p99, p999 float64, ok bool) {
+	if p == nil || ref == nil || p.Res.OK == 0 || ref.Res.OK == 0 || ref.CPUPer1k == 0 {
+		return 0, 0, 0, false
+	}
+	q := func(pt *Point, at float64) float64 { return float64(pt.Res.Latency.Quantile(at)) }
+	return float64(p.CPUPer1k) / float64(ref.CPUPer1k), q(p, 0.99) / q(ref, 0.99), q(p, 0.999) / q(ref, 0.999), true
 }
 
 // spread formats the median and range of vs: "1.23× (1.10×–1.40×)".
@@ -100,16 +109,14 @@ func Paired(runs []*Results) *table.Table {
 			var cpu, p99, p999 []float64
 			lower := 0
 			for _, r := range runs {
-				p, b := r.Point(Tether, mode, rate), r.Point(TetherBaseline, mode, rate)
-				if p == nil || b == nil || p.Res.OK == 0 || b.Res.OK == 0 || b.CPUPer1k == 0 {
+				c, q99, q999, ok := against(r.Point(Tether, mode, rate), r.Point(TetherBaseline, mode, rate))
+				if !ok {
 					continue
 				}
-				cpu = append(cpu, float64(p.CPUPer1k)/float64(b.CPUPer1k))
-				if p.CPUPer1k < b.CPUPer1k {
+				cpu, p99, p999 = append(cpu, c), append(p99, q99), append(p999, q999)
+				if c < 1 {
 					lower++
 				}
-				p99 = append(p99, float64(p.Res.Latency.Quantile(0.99))/float64(b.Res.Latency.Quantile(0.99)))
-				p999 = append(p999, float64(p.Res.Latency.Quantile(0.999))/float64(b.Res.Latency.Quantile(0.999)))
 			}
 			if len(cpu) == 0 {
 				continue
