@@ -26,6 +26,7 @@ type hopFlags struct {
 	gomaxprocs            int
 	baseline              string
 	godebug               string
+	stalls                time.Duration
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
@@ -41,6 +42,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")
 	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars, fixed (0: the sidecar's own choice, one thread while one keeps up and two under load, README \"Threads\")")
 	fs.StringVar(&h.godebug, "godebug", d.godebug, "GODEBUG of the Go proxies (tether's sidecars, the Go ReverseProxy and relay); empty: the sidecar sets its own ("+sysmon.GODEBUG+", README \"Threads\") and the other two get the same; schedtrace=0: Go's default for all")
+	fs.DurationVar(&h.stalls, "stalls", d.stalls, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (README \"Where the tail comes from\")")
 	fs.StringVar(&h.baseline, "tether-baseline", d.baseline, "another tether-sidecar binary, measured beside tether as "+hop.TetherBaseline+" (a change's before and after in one run)")
 }
 
@@ -83,6 +85,7 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 		o.SidecarEnv = []string{fmt.Sprint("GOMAXPROCS=", h.gomaxprocs)}
 	}
 	o.GoDebug = h.godebug
+	o.StallsOver = h.stalls
 	return o, nil
 }
 
@@ -114,6 +117,9 @@ func hopMain(ctx context.Context, args []string) error {
 			t.Text(os.Stdout)
 		}
 		if t := hop.Paired(all); t != nil {
+			t.Text(os.Stdout)
+		}
+		if t := hop.StallsSpread(all); t != nil {
 			t.Text(os.Stdout)
 		}
 	}

@@ -37,6 +37,9 @@ type Options struct {
 	// backends (modelsim). Unset, the sidecars set their own
 	// (sysmon.GODEBUG) and the other Go processes are given the same.
 	GoDebug string
+	// StallsOver, if set, keeps every request's latency and groups those
+	// over it (Point.Stalls, Results.StallsTable).
+	StallsOver time.Duration
 	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
 	BaselineBinary string
 	// Reversed measures the proxies in the opposite order: `bench hop
@@ -102,7 +105,8 @@ type Point struct {
 	// requests over the measured part; AuxCPUPer1k that of what it needs
 	// besides (redis-server, the other ring members).
 	CPUPer1k, AuxCPUPer1k time.Duration
-	PeakRSS               int64 // the proxy's VmHWM after this point, bytes
+	PeakRSS               int64   // the proxy's VmHWM after this point, bytes
+	Stalls                *Stalls // with Options.StallsOver
 }
 
 // MaxRate is the result of one rate search.
@@ -234,9 +238,13 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		return
 	}
 	res := loadgen.Run(ctx, loadgen.Config{Rate: rate, Warmup: warmup, Duration: dur,
-		OnMeasure: func() { cpu0, aux0 = usage() }}, c.do)
+		OnMeasure: func() { cpu0, aux0 = usage() }, Samples: o.StallsOver > 0}, c.do)
 	cpu1, aux1 := usage()
 	p := &Point{Proxy: t.name, Mode: mode, Rate: rate, Res: res}
+	if o.StallsOver > 0 {
+		s := StallsOf(res.Samples, o.StallsOver, dur)
+		p.Stalls, res.Samples = &s, nil
+	}
 	if res.Sent > 0 {
 		p.CPUPer1k = (cpu1 - cpu0) * 1000 / time.Duration(res.Sent)
 		p.AuxCPUPer1k = (aux1 - aux0) * 1000 / time.Duration(res.Sent)

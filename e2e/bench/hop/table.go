@@ -125,4 +125,7 @@ func (r *Results) Print(w io.Writer) {
 	for _, t := range r.Tables() {
 		t.Text(w)
 	}
+	if t := r.StallsTable(); t != nil {
+		t.Text(w)
+	}
 }

@@ -65,7 +65,7 @@ func TestMerge(t *testing.T) {
 func TestStallCountsForEveryRequestDueDuringIt(t *testing.T) {
 	var calls atomic.Int64
 	stallUntil := time.Now().Add(300 * time.Millisecond)
-	res := Run(context.Background(), Config{Rate: 500, Duration: time.Second, MaxInFlight: 1}, func(ctx context.Context, i int) error {
+	res := Run(context.Background(), Config{Rate: 500, Duration: time.Second, MaxInFlight: 1, Samples: true}, func(ctx context.Context, i int) error {
 		calls.Add(1)
 		if i == 50 {
 			time.Sleep(time.Until(stallUntil))
@@ -79,6 +79,20 @@ func TestStallCountsForEveryRequestDueDuringIt(t *testing.T) {
 	// requests waited over 50 ms for it.
 	if p90 := res.Latency.Quantile(0.90); p90 < 50*time.Millisecond {
 		t.Errorf("p90 = %v: the stall was hidden from the requests queued behind it", p90)
+	}
+	// The samples say which: request 50 (due at 100 ms) and those due
+	// after it until the stall ended (at 300 ms) waited it out.
+	if len(res.Samples) != res.OK {
+		t.Fatalf("%d samples of %d requests", len(res.Samples), res.OK)
+	}
+	for _, s := range res.Samples {
+		if s.Due < 0 || s.Due >= time.Second || s.Latency <= 0 {
+			t.Fatalf("sample %+v outside the measured second", s)
+		}
+		stalled := s.Due >= 100*time.Millisecond && s.Due < 200*time.Millisecond
+		if stalled && s.Latency < 100*time.Millisecond {
+			t.Errorf("request due at %v waited %v: not the stall's", s.Due, s.Latency)
+		}
 	}
 }
 

@@ -24,6 +24,10 @@ type Config struct {
 	// OnMeasure, if set, is called when the measured part starts (to
 	// read a process's CPU time over the measured part only).
 	OnMeasure func()
+	// Samples keeps every successful measured request's schedule and
+	// latency in Result.Samples (16 bytes each), for what a histogram
+	// cannot say: whether the slow requests came together.
+	Samples bool
 }
 
 // Do sends request number i and reports whether it succeeded. It must
@@ -42,6 +46,15 @@ type Result struct {
 	Latency   *Histogram
 	Lateness  *Histogram // how late the generator itself started sends (diagnostic)
 	Completed float64    // successful requests per second over Elapsed
+	// Samples are the successful measured requests, with Config.Samples,
+	// in the order they completed.
+	Samples []Sample
+}
+
+// Sample is one request: when it was due, from the measured part's start,
+// and its latency.
+type Sample struct {
+	Due, Latency time.Duration
 }
 
 // Run sends requests on a fixed schedule: request i is due at
@@ -62,6 +75,7 @@ func Run(ctx context.Context, cfg Config, do Do) *Result {
 		ok, fails atomic.Int64
 		lastEnd   atomic.Int64
 		errOnce   sync.Once
+		samplesMu sync.Mutex
 	)
 	// Go's timers wake up to a millisecond late when the process is
 	// idle (the netpoller sleeps in whole milliseconds); the schedule
@@ -108,6 +122,11 @@ func Run(ctx context.Context, cfg Config, do Do) *Result {
 			}
 			ok.Add(1)
 			res.Latency.Record(end.Sub(due))
+			if cfg.Samples {
+				samplesMu.Lock()
+				res.Samples = append(res.Samples, Sample{Due: due.Sub(measureFrom), Latency: end.Sub(due)})
+				samplesMu.Unlock()
+			}
 			for {
 				l := lastEnd.Load()
 				if end.UnixNano() <= l || lastEnd.CompareAndSwap(l, end.UnixNano()) {

@@ -1,0 +1,132 @@
+package hop
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/loadgen"
+	"github.com/tetherproxy/tether/e2e/bench/table"
+)
+
+// BurstSize is how many slow requests make a burst (Stalls.Bursts).
+const BurstSize = 3
+
+// Stalls says how a point's slow requests came: one by one, each slow
+// on its own, or together, each due before the slow one before it had
+// been answered, as when the proxy, a backend or the client stops for a
+// few milliseconds and every request of those milliseconds waits it out
+// (README "Where the tail comes from"). A p99 counts them alike; which it
+// is decides where to look.
+type Stalls struct {
+	Over     time.Duration // what counts as slow: a latency over this
+	Slow     int           // requests over Over
+	Episodes int           // slow requests grouped as above (one alone is an episode of one)
+	Bursts   int           // episodes of BurstSize slow requests or more
+	InBursts int           // slow requests in bursts
+	// BurstSpan is the mean span of a burst, from its first request's
+	// due time to the last answer.
+	BurstSpan time.Duration
+	Measured  time.Duration // the point's measured time, for bursts per second
+}
+
+// StallsOf groups the samples' requests slower than over.
+func StallsOf(samples []loadgen.Sample, over, measured time.Duration) Stalls {
+	s := Stalls{Over: over, Measured: measured}
+	var slow []loadgen.Sample
+	for _, x := range samples {
+		if x.Latency > over {
+			slow = append(slow, x)
+		}
+	}
+	slices.SortFunc(slow, func(a, b loadgen.Sample) int { return int(a.Due - b.Due) })
+	s.Slow = len(slow)
+	var spans time.Duration
+	for i := 0; i < len(slow); {
+		first, end, j := slow[i].Due, slow[i].Due+slow[i].Latency, i+1
+		for ; j < len(slow) && slow[j].Due <= end; j++ {
+			end = max(end, slow[j].Due+slow[j].Latency)
+		}
+		s.Episodes++
+		if n := j - i; n >= BurstSize {
+			s.Bursts++
+			s.InBursts += n
+			spans += end - first
+		}
+		i = j
+	}
+	if s.Bursts > 0 {
+		s.BurstSpan = spans / time.Duration(s.Bursts)
+	}
+	return s
+}
+
+// StallsTable is the stalls of every point that has them.
+func (r *Results) StallsTable() *table.Table {
+	var t *table.Table
+	for _, p := range r.Points {
+		s := p.Stalls
+		if s == nil {
+			continue
+		}
+		if t == nil {
+			t = &table.Table{
+				Title: fmt.Sprintf("slow requests (over %v), alone or in bursts: a burst is %d or more slow requests, each due before the slow one before it was answered (the proxy, a backend or the client stopped, and the requests of those milliseconds waited)", s.Over, BurstSize),
+				Head:  []string{"proxy", "mode", "requests/s", "slow", "episodes", "bursts", "bursts/s", "slow in bursts", "mean burst span ms"},
+			}
+		}
+		perSec := "—"
+		if s.Measured > 0 {
+			perSec = fmt.Sprintf("%.1f", float64(s.Bursts)/s.Measured.Seconds())
+		}
+		inBursts := "—"
+		if s.Slow > 0 {
+			inBursts = fmt.Sprintf("%.0f%%", 100*float64(s.InBursts)/float64(s.Slow))
+		}
+		t.Add(Labels[p.Proxy], string(p.Mode), fmt.Sprintf("%.0f", p.Rate), fmt.Sprint(s.Slow), fmt.Sprint(s.Episodes),
+			fmt.Sprint(s.Bursts), perSec, inBursts, Ms(s.BurstSpan))
+	}
+	return t
+}
+
+// StallsSpread is each proxy's bursts per second and the share of its
+// slow requests that came in bursts over runs: median (lowest–highest).
+func StallsSpread(runs []*Results) *table.Table {
+	if len(runs) == 0 || runs[0].Opts.StallsOver == 0 {
+		return nil
+	}
+	o := runs[0].Opts
+	t := &table.Table{Title: fmt.Sprintf("slow requests (over %v) over %d runs, median (lowest–highest)", o.StallsOver, len(runs)),
+		Head: []string{"proxy", "mode", "requests/s", "slow", "bursts/s", "slow in bursts", "mean burst span ms"}}
+	for _, mode := range o.Modes {
+		for _, rate := range o.rates(mode) {
+			for _, name := range o.Proxies {
+				var slow, perSec, share, span []float64
+				for _, r := range runs {
+					p := r.Point(name, mode, rate)
+					if p == nil || p.Stalls == nil || p.Stalls.Measured <= 0 {
+						continue
+					}
+					s := p.Stalls
+					slow = append(slow, float64(s.Slow))
+					perSec = append(perSec, float64(s.Bursts)/s.Measured.Seconds())
+					if s.Slow > 0 {
+						share = append(share, float64(s.InBursts)/float64(s.Slow))
+					}
+					if s.Bursts > 0 {
+						span = append(span, float64(s.BurstSpan)/1e6)
+					}
+				}
+				if len(slow) == 0 {
+					continue
+				}
+				t.Add(Labels[name], string(mode), fmt.Sprintf("%.0f", rate),
+					spread(slow, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
+					spread(perSec, func(v float64) string { return fmt.Sprintf("%.1f", v) }),
+					spread(share, func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }),
+					spread(span, func(v float64) string { return fmt.Sprintf("%.2f", v) }))
+			}
+		}
+	}
+	return t
+}
