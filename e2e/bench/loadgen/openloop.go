@@ -68,6 +68,9 @@ func Run(ctx context.Context, cfg Config, do Do) *Result {
 	warm := int(cfg.Warmup.Seconds() * cfg.Rate)
 	total := warm + int(cfg.Duration.Seconds()*cfg.Rate)
 	res := &Result{Offered: cfg.Rate, Latency: &Histogram{}, Lateness: &Histogram{}}
+	if cfg.Samples {
+		res.Samples = make([]Sample, 0, total-warm)
+	}
 
 	var (
 		wg        sync.WaitGroup
