@@ -26,7 +26,7 @@ type hopFlags struct {
 	gomaxprocs            int
 	baseline              string
 	godebug               string
-	stalls                time.Duration
+	stalls                time.Duration // bench hop -stalls (hopMain registers it)
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
@@ -42,7 +42,6 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")
 	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars, fixed (0: the sidecar's own choice, one thread while one keeps up and two under load, README \"Threads\")")
 	fs.StringVar(&h.godebug, "godebug", d.godebug, "GODEBUG of the Go proxies (tether's sidecars, the Go ReverseProxy and relay); empty: the sidecar sets its own ("+sysmon.GODEBUG+", README \"Threads\") and the other two get the same; schedtrace=0: Go's default for all")
-	fs.DurationVar(&h.stalls, "stalls", d.stalls, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (README \"Where the tail comes from\")")
 	fs.StringVar(&h.baseline, "tether-baseline", d.baseline, "another tether-sidecar binary, measured beside tether as "+hop.TetherBaseline+" (a change's before and after in one run)")
 }
 
@@ -95,6 +94,8 @@ func hopMain(ctx context.Context, args []string) error {
 	runs := fs.Int("runs", 1, "repeat the whole measurement this many times, each with fresh processes and every other one in the opposite order, and end with each proxy's median and range of its runs' own ratios to HAProxy, and tether's to "+hop.TetherBaseline+"'s when both ran (one run's p99 is a few bursts deep: README \"How much one run decides\")")
 	var h hopFlags
 	h.register(fs, hopDefaults)
+	// bench hop's own, as -runs: bench all's report has no place for it.
+	fs.DurationVar(&h.stalls, "stalls", 0, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (README \"Where the tail comes from\")")
 	_ = fs.Parse(args)
 	if *runs < 1 {
 		return fmt.Errorf("-runs: %d, want 1 or more", *runs)

@@ -19,11 +19,10 @@ const BurstSize = 3
 // (README "Where the tail comes from"). A p99 counts them alike; which it
 // is decides where to look.
 type Stalls struct {
-	Over     time.Duration // what counts as slow: a latency over this
-	Slow     int           // requests over Over
-	Episodes int           // slow requests grouped as above (one alone is an episode of one)
-	Bursts   int           // episodes of BurstSize slow requests or more
-	InBursts int           // slow requests in bursts
+	Slow     int // requests over the threshold (Options.StallsOver)
+	Episodes int // slow requests grouped as above (one alone is an episode of one)
+	Bursts   int // episodes of BurstSize slow requests or more
+	InBursts int // slow requests in bursts
 	// BurstSpan is the mean span of a burst, from its first request's
 	// due time to the last answer.
 	BurstSpan time.Duration
@@ -32,7 +31,7 @@ type Stalls struct {
 
 // StallsOf groups the samples' requests slower than over.
 func StallsOf(samples []loadgen.Sample, over, measured time.Duration) Stalls {
-	s := Stalls{Over: over, Measured: measured}
+	s := Stalls{Measured: measured}
 	var slow []loadgen.Sample
 	for _, x := range samples {
 		if x.Latency > over {
@@ -61,30 +60,47 @@ func StallsOf(samples []loadgen.Sample, over, measured time.Duration) Stalls {
 	return s
 }
 
-// StallsTable is the stalls of every point that has them.
+// PerSecond is the bursts per second of measured time.
+func (s *Stalls) PerSecond() float64 {
+	if s.Measured <= 0 {
+		return 0
+	}
+	return float64(s.Bursts) / s.Measured.Seconds()
+}
+
+// BurstShare is the share of the slow requests that came in bursts;
+// false when none was slow.
+func (s *Stalls) BurstShare() (float64, bool) {
+	if s.Slow == 0 {
+		return 0, false
+	}
+	return float64(s.InBursts) / float64(s.Slow), true
+}
+
+func perSecond(v float64) string { return fmt.Sprintf("%.1f", v) }
+func percent(v float64) string   { return fmt.Sprintf("%.0f%%", 100*v) }
+
+// StallsTable is the stalls of every point that has them; nil when none
+// has.
 func (r *Results) StallsTable() *table.Table {
-	var t *table.Table
+	t := &table.Table{
+		Title: fmt.Sprintf("slow requests (over %v), alone or in bursts: a burst is %d or more slow requests, each due before the slow one before it was answered (the proxy, a backend or the client stopped, and the requests of those milliseconds waited)", r.Opts.StallsOver, BurstSize),
+		Head:  []string{"proxy", "mode", "requests/s", "slow", "episodes", "bursts", "bursts/s", "slow in bursts", "mean burst span ms"},
+	}
 	for _, p := range r.Points {
 		s := p.Stalls
 		if s == nil {
 			continue
 		}
-		if t == nil {
-			t = &table.Table{
-				Title: fmt.Sprintf("slow requests (over %v), alone or in bursts: a burst is %d or more slow requests, each due before the slow one before it was answered (the proxy, a backend or the client stopped, and the requests of those milliseconds waited)", s.Over, BurstSize),
-				Head:  []string{"proxy", "mode", "requests/s", "slow", "episodes", "bursts", "bursts/s", "slow in bursts", "mean burst span ms"},
-			}
-		}
-		perSec := "—"
-		if s.Measured > 0 {
-			perSec = fmt.Sprintf("%.1f", float64(s.Bursts)/s.Measured.Seconds())
-		}
-		inBursts := "—"
-		if s.Slow > 0 {
-			inBursts = fmt.Sprintf("%.0f%%", 100*float64(s.InBursts)/float64(s.Slow))
+		share := "—"
+		if v, ok := s.BurstShare(); ok {
+			share = percent(v)
 		}
 		t.Add(Labels[p.Proxy], string(p.Mode), fmt.Sprintf("%.0f", p.Rate), fmt.Sprint(s.Slow), fmt.Sprint(s.Episodes),
-			fmt.Sprint(s.Bursts), perSec, inBursts, Ms(s.BurstSpan))
+			fmt.Sprint(s.Bursts), perSecond(s.PerSecond()), share, Ms(s.BurstSpan))
+	}
+	if len(t.Rows) == 0 {
+		return nil
 	}
 	return t
 }
@@ -104,14 +120,14 @@ func StallsSpread(runs []*Results) *table.Table {
 				var slow, perSec, share, span []float64
 				for _, r := range runs {
 					p := r.Point(name, mode, rate)
-					if p == nil || p.Stalls == nil || p.Stalls.Measured <= 0 {
+					if p == nil || p.Stalls == nil {
 						continue
 					}
 					s := p.Stalls
 					slow = append(slow, float64(s.Slow))
-					perSec = append(perSec, float64(s.Bursts)/s.Measured.Seconds())
-					if s.Slow > 0 {
-						share = append(share, float64(s.InBursts)/float64(s.Slow))
+					perSec = append(perSec, s.PerSecond())
+					if v, ok := s.BurstShare(); ok {
+						share = append(share, v)
 					}
 					if s.Bursts > 0 {
 						span = append(span, float64(s.BurstSpan)/1e6)
@@ -122,8 +138,8 @@ func StallsSpread(runs []*Results) *table.Table {
 				}
 				t.Add(Labels[name], string(mode), fmt.Sprintf("%.0f", rate),
 					spread(slow, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
-					spread(perSec, func(v float64) string { return fmt.Sprintf("%.1f", v) }),
-					spread(share, func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }),
+					spread(perSec, perSecond),
+					spread(share, percent),
 					spread(span, func(v float64) string { return fmt.Sprintf("%.2f", v) }))
 			}
 		}

@@ -48,7 +48,7 @@ func TestStallsGroupSlowRequestsThatWaitedTogether(t *testing.T) {
 }
 
 func TestStallsTableNamesEachPoint(t *testing.T) {
-	s := Stalls{Over: 1500 * time.Microsecond, Slow: 10, Episodes: 4, Bursts: 2, InBursts: 8, BurstSpan: 5 * time.Millisecond, Measured: 4 * time.Second}
+	s := Stalls{Slow: 10, Episodes: 4, Bursts: 2, InBursts: 8, BurstSpan: 5 * time.Millisecond, Measured: 4 * time.Second}
 	r := &Results{Points: []Point{
 		{Proxy: HAProxy, Mode: NonStreaming, Rate: 2000, Res: &loadgen.Result{}, Stalls: &s},
 		{Proxy: Tether, Mode: NonStreaming, Rate: 2000, Res: &loadgen.Result{}}, // measured without
