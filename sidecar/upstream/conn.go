@@ -35,7 +35,8 @@ type conn struct {
 	raw       syscall.RawConn // for alive; nil when nc has none
 	in        limitReader     // nc, bounded while headers are read
 	br        *bufio.Reader   // over in
-	bw        *bufio.Writer   // over nc
+	bw        *bufio.Writer   // over out
+	out       sender          // nc, and the request's last write (send)
 	reused    bool            // carried a request before this one
 	idleSince time.Time
 	peek      func(fd uintptr) // alive's probe, made once
@@ -52,7 +53,9 @@ func newConn(t *Transport, addr string, nc net.Conn) *conn {
 	c.in.r = nc
 	c.in.n = -1
 	c.br = bufio.NewReader(&c.in)
-	c.bw = bufio.NewWriter(nc)
+	c.out.c = c
+	c.out.fn = c.out.writeFD
+	c.bw = bufio.NewWriter(&c.out)
 	c.abortFn = c.abort
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -95,8 +98,13 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 	if !handled {
 		err = req.Write(oneWrite{c.bw}) // the same
 	}
+	var deadline time.Time
+	if headerTimeout > 0 {
+		deadline = time.Now().Add(headerTimeout)
+	}
+	waited := false
 	if err == nil {
-		err = c.bw.Flush()
+		waited, err = c.send(w.firstWait(deadline))
 	}
 	if err != nil {
 		// A backend that refused the body may have answered before it
@@ -114,11 +122,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 		c.nc.Close()
 		return nil, c.failure(ctx, err)
 	}
-	var deadline time.Time
-	if headerTimeout > 0 {
-		deadline = time.Now().Add(headerTimeout)
-	}
-	resp, err := c.awaitResponse(req, h, &w, deadline)
+	resp, err := c.awaitResponse(req, h, &w, deadline, waited)
 	if err != nil {
 		w.stop()
 		c.nc.Close()
@@ -170,33 +174,50 @@ func (w *watch) start() {
 	}
 }
 
-// awaitResponse waits for the response to begin, abortCheck at a time
-// of the header timeout's wait (registering for the context's
-// cancelation after the first), and reads its headers.
-func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time.Time) (*http.Response, error) {
+// firstWait is the end of a round trip's first wait for the backend's
+// answer: abortCheck from now, or the header timeout's deadline when that
+// comes first; for a round trip already watched, the deadline.
+func (w *watch) firstWait(deadline time.Time) time.Time {
+	if w.c == nil {
+		return deadline
+	}
+	soon := time.Now().Add(abortCheck)
+	if !deadline.IsZero() && deadline.Before(soon) {
+		return deadline
+	}
+	return soon
+}
+
+// awaitResponse waits for the response to begin and reads its headers.
+// The first wait, to w.firstWait, was send's (waited: it ran out); the
+// rest of the header timeout's is watched: registered for the context's
+// cancelation.
+func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time.Time, waited bool) (*http.Response, error) {
 	c.in.n = c.t.o.MaxHeaderBytes // the first byte's read counts too
 	defer func() { c.in.n = -1 }()
 	for {
-		soon := time.Now().Add(abortCheck)
-		if !deadline.IsZero() && deadline.Before(soon) || w.c == nil {
-			soon = deadline // the last wait, or one already watched: the whole
+		if waited {
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				return nil, os.ErrDeadlineExceeded
+			}
+			w.start()
+			if err := w.ctx.Err(); err != nil {
+				c.abort() // as the cancelation would have, had it been registered
+				return nil, err
+			}
+			_ = c.nc.SetReadDeadline(deadline)
 		}
-		_ = c.nc.SetReadDeadline(soon)
 		_, err := c.br.Peek(1)
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) || soon.Equal(deadline) {
+		if !errors.Is(err, os.ErrDeadlineExceeded) || waited {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF // as ReadResponse's
 			}
 			return nil, err
 		}
-		w.start()
-		if err := w.ctx.Err(); err != nil {
-			c.abort() // as the cancelation would have, had it been registered
-			return nil, err
-		}
+		waited = true
 	}
 	return c.readResponse(req, h, &deadline)
 }
