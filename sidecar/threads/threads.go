@@ -37,6 +37,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -145,9 +146,15 @@ func Run(ctx context.Context, o Options) {
 		Name: "tether_gomaxprocs_changes_total",
 		Help: "Changes of the sidecar's thread count, by direction (up: load came; down: it went).",
 	}, []string{"direction"})
+	seconds := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_gomaxprocs_seconds_total",
+		Help: "Time the sidecar ran with each thread count (threads: 1, or the full count), as the controller's readings measured it.",
+	}, []string{"threads"})
 	if o.Registerer != nil {
-		o.Registerer.MustRegister(procs, changes)
+		o.Registerer.MustRegister(procs, changes, seconds)
 	}
+	// Resolved once: a reading adds to one of them every tick.
+	onOne, onMax := seconds.WithLabelValues("1"), seconds.WithLabelValues(strconv.Itoa(o.Max))
 	c := NewController(o)
 	set := func(n int) {
 		o.Set(n)
@@ -166,6 +173,11 @@ func Run(ctx context.Context, o Options) {
 		case at = <-t.C:
 		}
 		now := o.CPU()
+		if c.Procs() == 1 {
+			onOne.Add(at.Sub(lastAt).Seconds())
+		} else {
+			onMax.Add(at.Sub(lastAt).Seconds())
+		}
 		if n, changed := c.Observe(now-last, at.Sub(lastAt)); changed {
 			set(n)
 			dir := "down"

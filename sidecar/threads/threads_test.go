@@ -3,12 +3,14 @@ package threads
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 )
 
@@ -127,6 +129,7 @@ func TestRunAdaptsTheRuntime(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	start := time.Now()
 	go func() {
 		defer close(done)
 		Run(ctx, Options{Max: 2, Registerer: reg, DownAfter: 200 * time.Millisecond})
@@ -166,10 +169,17 @@ func TestRunAdaptsTheRuntime(t *testing.T) {
 	if n := value(t, reg, "tether_gomaxprocs_changes_total"); n < 2 {
 		t.Fatalf("%v thread count changes counted, want at least 2 (up, down)", n)
 	}
+	// Both counts ran for a while: one at the start and the end, two
+	// while the goroutine burned (at least the Up window's readings).
+	one, two := value(t, reg, "tether_gomaxprocs_seconds_total", "threads", "1"), value(t, reg, "tether_gomaxprocs_seconds_total", "threads", "2")
+	if one <= 0 || two < DefaultUpAfter.Seconds() || one+two > time.Since(start).Seconds() {
+		t.Fatalf("tether_gomaxprocs_seconds_total: %.3fs on one thread, %.3fs on two, in %v of Run", one, two, time.Since(start))
+	}
 }
 
-// value is the sum of a metric family's values in reg (0 without it).
-func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// value is the sum of a metric family's values in reg (0 without it),
+// of its samples with label (a name and a value) when one is given.
+func value(t *testing.T, reg *prometheus.Registry, name string, label ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -181,6 +191,11 @@ func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if len(label) == 2 && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == label[0] && l.GetValue() == label[1]
+			}) {
+				continue
+			}
 			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}

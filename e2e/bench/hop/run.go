@@ -40,6 +40,11 @@ type Options struct {
 	// StallsOver, if set, keeps every request's latency and groups those
 	// over it (Point.Stalls, Results.StallsTable).
 	StallsOver time.Duration
+	// Threads reads each tether sidecar's thread counters as a point's
+	// measured part begins and ends (Point.Threads, Results.ThreadsTable).
+	// The reads cost the sidecar a scrape's CPU (a few milliseconds)
+	// within the part.
+	Threads bool
 	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
 	BaselineBinary string
 	// Reversed measures the proxies in the opposite order: `bench hop
@@ -107,6 +112,9 @@ type Point struct {
 	CPUPer1k, AuxCPUPer1k time.Duration
 	PeakRSS               int64   // the proxy's VmHWM after this point, bytes
 	Stalls                *Stalls // with Options.StallsOver
+	// Threads: what the thread controller did (with Options.Threads; nil
+	// for other proxies and for a sidecar on a fixed count).
+	Threads *Threads
 }
 
 // MaxRate is the result of one rate search.
@@ -237,10 +245,35 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		}
 		return
 	}
+	// The first read of the thread counters runs beside the load: the
+	// generator must not wait for it.
+	threads := o.Threads && t.admin != ""
+	var before threadsReading
+	var beforeErr error
+	read := make(chan struct{})
 	res := loadgen.Run(ctx, loadgen.Config{Rate: rate, Warmup: warmup, Duration: dur,
-		OnMeasure: func() { cpu0, aux0 = usage() }, Samples: o.StallsOver > 0}, c.do)
+		OnMeasure: func() {
+			cpu0, aux0 = usage()
+			if threads {
+				go func() {
+					defer close(read)
+					before, beforeErr = readThreads(ctx, t.admin)
+				}()
+			}
+		}, Samples: o.StallsOver > 0}, c.do)
 	cpu1, aux1 := usage()
 	p := &Point{Proxy: t.name, Mode: mode, Rate: rate, Res: res}
+	if threads {
+		after, err := readThreads(ctx, t.admin)
+		<-read
+		if err == nil {
+			err = beforeErr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: reading its thread counters: %w", t.name, err)
+		}
+		p.Threads = after.since(before)
+	}
 	if o.StallsOver > 0 {
 		s := StallsOf(res.Samples, o.StallsOver, dur)
 		p.Stalls, res.Samples = &s, nil

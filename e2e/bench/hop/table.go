@@ -128,4 +128,7 @@ func (r *Results) Print(w io.Writer) {
 	if t := r.StallsTable(); t != nil {
 		t.Text(w)
 	}
+	if t := r.ThreadsTable(); t != nil {
+		t.Text(w)
+	}
 }

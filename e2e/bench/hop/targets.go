@@ -82,9 +82,11 @@ func (o *Options) goDebugEnv() string {
 // target is where one proxy's load goes.
 type target struct {
 	name string
-	url  string           // the proxy's listener; empty for direct
-	proc *procs.Process   // the proxy measured; nil for direct
-	aux  []*procs.Process // processes it needs besides (redis-server, ring peers)
+	url  string // the proxy's listener; empty for direct
+	// admin is a tether sidecar's admin listener (its /metrics).
+	admin string
+	proc  *procs.Process   // the proxy measured; nil for direct
+	aux   []*procs.Process // processes it needs besides (redis-server, ring peers)
 }
 
 // startTarget starts proxy name in front of backends.
@@ -97,7 +99,7 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		if first, err = env.Sidecar(s); err != nil {
 			return err
 		}
-		t.proc, t.url = first.Process, "http://"+first.Addr
+		t.proc, t.url, t.admin = first.Process, "http://"+first.Addr, first.Admin
 		return nil
 	}
 	switch name {
