@@ -250,11 +250,12 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 	threads := o.Threads && t.admin != ""
 	var before threadsReading
 	var beforeErr error
-	read := make(chan struct{})
+	var read chan struct{} // closed once before is read; nil if the part never began
 	res := loadgen.Run(ctx, loadgen.Config{Rate: rate, Warmup: warmup, Duration: dur,
 		OnMeasure: func() {
 			cpu0, aux0 = usage()
 			if threads {
+				read = make(chan struct{})
 				go func() {
 					defer close(read)
 					before, beforeErr = readThreads(ctx, t.admin)
@@ -263,13 +264,13 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		}, Samples: o.StallsOver > 0}, c.do)
 	cpu1, aux1 := usage()
 	p := &Point{Proxy: t.name, Mode: mode, Rate: rate, Res: res}
-	if threads {
+	if read != nil {
 		after, err := readThreads(ctx, t.admin)
 		<-read
 		if err == nil {
 			err = beforeErr
 		}
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			return nil, fmt.Errorf("%s: reading its thread counters: %w", t.name, err)
 		}
 		p.Threads = after.since(before)
