@@ -28,6 +28,7 @@ type hopFlags struct {
 	godebug               string
 	stalls                time.Duration // bench hop -stalls (hopMain registers it)
 	threads               bool          // bench hop -threads (the same)
+	pause                 time.Duration // bench hop -pause (the same)
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
@@ -87,6 +88,7 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 	o.GoDebug = h.godebug
 	o.StallsOver = h.stalls
 	o.Threads = h.threads
+	o.Pause = h.pause
 	return o, nil
 }
 
@@ -98,6 +100,7 @@ func hopMain(ctx context.Context, args []string) error {
 	h.register(fs, hopDefaults)
 	// bench hop's own, as -runs: bench all's report has no place for it.
 	fs.BoolVar(&h.threads, "threads", false, "a table of the time each tether sidecar ran on one thread and on its full count, and its changes, during each point (README \"Threads\"; the counters are read on the sidecar's admin listener as the point begins and ends)")
+	fs.DurationVar(&h.pause, "pause", 0, "if set, stop each proxy (SIGSTOP) for this long a fifth into every point's measured part, then let it go on: how it comes back from the backlog (README \"Falling behind, and coming back\"); direct is not paused")
 	fs.DurationVar(&h.stalls, "stalls", 0, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (README \"Where the tail comes from\")")
 	_ = fs.Parse(args)
 	if *runs < 1 {

@@ -45,6 +45,11 @@ type Options struct {
 	// The reads cost the sidecar a scrape's CPU (a few milliseconds)
 	// within the part.
 	Threads bool
+	// Pause, if set, stops the proxy measured (SIGSTOP to its process
+	// group) for this long a fifth into each point's measured part, then
+	// lets it go on: how each proxy comes back from the backlog (README
+	// "Falling behind, and coming back"). Direct is not paused.
+	Pause time.Duration
 	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
 	BaselineBinary string
 	// Reversed measures the proxies in the opposite order: `bench hop
@@ -251,9 +256,13 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 	var before threadsReading
 	var beforeErr error
 	var read chan struct{} // closed once before is read; nil if the part never began
+	paused := func() {}    // returns once a pause is over
 	res := loadgen.Run(ctx, loadgen.Config{Rate: rate, Warmup: warmup, Duration: dur,
 		OnMeasure: func() {
 			cpu0, aux0 = usage()
+			if o.Pause > 0 && t.proc != nil {
+				paused = pause(ctx, t.proc, dur/5, o.Pause)
+			}
 			if threads {
 				read = make(chan struct{})
 				go func() {
@@ -262,6 +271,7 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 				}()
 			}
 		}, Samples: o.StallsOver > 0}, c.do)
+	paused()
 	cpu1, aux1 := usage()
 	p := &Point{Proxy: t.name, Mode: mode, Rate: rate, Res: res}
 	if read != nil {

@@ -1,0 +1,48 @@
+package hop
+
+import (
+	"context"
+	"syscall"
+	"time"
+)
+
+// signaler is what pause stops and resumes (a *procs.Process: its
+// process group).
+type signaler interface {
+	Signal(sig syscall.Signal) error
+}
+
+// pause stops p (SIGSTOP) at after from now and lets it go on (SIGCONT)
+// d later, on a goroutine of its own: a stop of the proxy made on
+// purpose, so that every proxy meets the same backlog and how it comes
+// back can be compared (bench hop -pause; README "Falling behind, and
+// coming back"). The returned wait returns once p runs again; a ctx
+// that ends meanwhile cuts the pause short but never leaves p stopped.
+func pause(ctx context.Context, p signaler, after, d time.Duration) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if !sleepCtx(ctx, after) {
+			return
+		}
+		if p.Signal(syscall.SIGSTOP) != nil {
+			return
+		}
+		defer p.Signal(syscall.SIGCONT)
+		sleepCtx(ctx, d)
+	}()
+	return func() { <-done }
+}
+
+// sleepCtx sleeps d unless ctx ends first; it reports whether it slept
+// the whole.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
