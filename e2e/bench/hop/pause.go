@@ -4,6 +4,8 @@ import (
 	"context"
 	"syscall"
 	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/loadgen"
 )
 
 // signaler is what pause stops and resumes (a *procs.Process: its
@@ -22,27 +24,14 @@ func pause(ctx context.Context, p signaler, after, d time.Duration) (wait func()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if !sleepCtx(ctx, after) {
+		if !loadgen.Sleep(ctx, after) {
 			return
 		}
 		if p.Signal(syscall.SIGSTOP) != nil {
 			return
 		}
 		defer p.Signal(syscall.SIGCONT)
-		sleepCtx(ctx, d)
+		loadgen.Sleep(ctx, d)
 	}()
 	return func() { <-done }
-}
-
-// sleepCtx sleeps d unless ctx ends first; it reports whether it slept
-// the whole.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/loadgen"
 )
 
 // Sample is one request's outcome.
@@ -52,7 +54,7 @@ func Drive(ctx context.Context, convs []Conversation, p Params, urls []string) [
 	for ci := range convs {
 		c := &convs[ci]
 		wg.Go(func() {
-			if !sleep(ctx, time.Until(start.Add(c.Start))) {
+			if !loadgen.Sleep(ctx, time.Until(start.Add(c.Start))) {
 				return
 			}
 			msgs := []message{system}
@@ -63,7 +65,7 @@ func Drive(ctx context.Context, convs []Conversation, p Params, urls []string) [
 				s.Conv, s.Turn = ci, ti
 				out[ci] = append(out[ci], s)
 				msgs = append(msgs, message{Role: "assistant", Content: words(fmt.Sprintf("%s.t%d.a", c.ID, ti), t.AnswerTokens)})
-				if !sleep(ctx, t.Think+time.Duration(t.AnswerTokens-streamed)*p.Decode) {
+				if !loadgen.Sleep(ctx, t.Think+time.Duration(t.AnswerTokens-streamed)*p.Decode) {
 					return
 				}
 			}
@@ -75,20 +77,6 @@ func Drive(ctx context.Context, convs []Conversation, p Params, urls []string) [
 		all = append(all, s...)
 	}
 	return all
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // usageChunk is the final SSE event's usage (stream_options.include_usage).
