@@ -40,10 +40,11 @@ type sender struct {
 	fn       func(fd uintptr) bool // writeFD, made once
 }
 
-// send flushes the request, waiting until the backend's answer begins
-// or until soon, whichever is first, when the flush is the connection's
-// whole write and nothing is buffered to read. It reports whether the
-// wait ran to soon; an error is the write's.
+// send flushes the request and sets the read deadline to soon. When the
+// flush has bytes to write (the request's last) and nothing is buffered
+// to read, it also waits until the backend's answer begins or soon
+// passes, whichever is first, and reports whether soon passed; an error
+// is the write's.
 func (c *conn) send(soon time.Time) (timedOut bool, err error) {
 	s := &c.out
 	if c.raw == nil || c.bw.Buffered() == 0 || c.br.Buffered() > 0 {
@@ -60,6 +61,8 @@ func (c *conn) send(soon time.Time) (timedOut bool, err error) {
 	return s.timedOut, err
 }
 
+// Write writes p to the connection; as send's flush, under RawConn.Read,
+// followed by the wait (writeFD).
 func (s *sender) Write(p []byte) (int, error) {
 	if !s.await {
 		return s.c.nc.Write(p)
