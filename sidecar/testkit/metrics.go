@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -100,22 +101,37 @@ var scrapeClient = &http.Client{Timeout: 10 * time.Second}
 // Scrape see one moment. It fails t when the endpoint cannot be read.
 func Scrape(t testing.TB, url string) prometheus.Gatherer {
 	t.Helper()
-	resp, err := scrapeClient.Get(url)
+	g, err := ScrapeURL(context.Background(), url)
 	if err != nil {
-		t.Fatalf("scraping %s: %v", url, err)
+		t.Fatal(err)
+	}
+	return g
+}
+
+// ScrapeURL is Scrape for code that is not a test (benchmarks, tools):
+// the error says why the endpoint could not be read. FindMetric reads
+// the samples.
+func ScrapeURL(ctx context.Context, url string) (prometheus.Gatherer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scraping %s: %s", url, resp.Status)
+		return nil, fmt.Errorf("scraping %s: %s", url, resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	byName, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		t.Fatalf("parsing %s: %v", url, err)
+		return nil, fmt.Errorf("parsing %s: %w", url, err)
 	}
 	mfs := make([]*dto.MetricFamily, 0, len(byName))
 	for _, mf := range byName {
 		mfs = append(mfs, mf)
 	}
-	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return mfs, nil })
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return mfs, nil }), nil
 }

@@ -46,15 +46,11 @@ type sender struct {
 // passes, whichever is first, and reports whether soon passed; an error
 // is the write's.
 func (c *conn) send(soon time.Time) (timedOut bool, err error) {
-	s := &c.out
+	_ = c.nc.SetReadDeadline(soon) // before the write: the awaited one's wait heeds it
 	if c.raw == nil || c.bw.Buffered() == 0 || c.br.Buffered() > 0 {
-		if err := c.bw.Flush(); err != nil {
-			return false, err
-		}
-		_ = c.nc.SetReadDeadline(soon)
-		return false, nil
+		return false, c.bw.Flush()
 	}
-	_ = c.nc.SetReadDeadline(soon)
+	s := &c.out
 	s.await, s.timedOut = true, false
 	err = c.bw.Flush()
 	s.await = false

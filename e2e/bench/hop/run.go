@@ -250,40 +250,30 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		}
 		return
 	}
-	// The first read of the thread counters runs beside the load: the
-	// generator must not wait for it.
-	threads := o.Threads && t.admin != ""
-	var before threadsReading
-	var beforeErr error
-	var read chan struct{} // closed once before is read; nil if the part never began
-	paused := func() {}    // returns once a pause is over
+	var probe *threadsProbe
+	if o.Threads && t.admin != "" {
+		probe = &threadsProbe{admin: t.admin}
+	}
+	paused := func() {} // returns once a pause is over
 	res := loadgen.Run(ctx, loadgen.Config{Rate: rate, Warmup: warmup, Duration: dur,
 		OnMeasure: func() {
 			cpu0, aux0 = usage()
 			if o.Pause > 0 && t.proc != nil {
 				paused = pause(ctx, t.proc, dur/5, o.Pause)
 			}
-			if threads {
-				read = make(chan struct{})
-				go func() {
-					defer close(read)
-					before, beforeErr = readThreads(ctx, t.admin)
-				}()
+			if probe != nil {
+				probe.begin(ctx)
 			}
 		}, Samples: o.StallsOver > 0}, c.do)
 	paused()
 	cpu1, aux1 := usage()
 	p := &Point{Proxy: t.name, Mode: mode, Rate: rate, Res: res}
-	if read != nil {
-		after, err := readThreads(ctx, t.admin)
-		<-read
-		if err == nil {
-			err = beforeErr
-		}
+	if probe != nil {
+		th, err := probe.end(ctx)
 		if err != nil && ctx.Err() == nil {
 			return nil, fmt.Errorf("%s: reading its thread counters: %w", t.name, err)
 		}
-		p.Threads = after.since(before)
+		p.Threads = th
 	}
 	if o.StallsOver > 0 {
 		s := StallsOf(res.Samples, o.StallsOver, dur)

@@ -2,15 +2,12 @@ package hop
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/tetherproxy/tether/e2e/bench/table"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Threads is what a tether sidecar's thread controller did during a
@@ -46,56 +43,68 @@ func (r threadsReading) since(before threadsReading) *Threads {
 	return &Threads{OnOne: r.OnOne - before.OnOne, OnMax: r.OnMax - before.OnMax, Up: r.Up - before.Up, Down: r.Down - before.Down}
 }
 
-var scrapeClient = &http.Client{Timeout: 5 * time.Second}
-
-// readThreads reads the thread counters from admin's /metrics.
+// readThreads reads the thread counters from admin's /metrics. The full
+// count is 2: the sidecar adapts only between one thread and two
+// (README "Threads").
 func readThreads(ctx context.Context, admin string) (threadsReading, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/metrics", nil)
+	g, err := testkit.ScrapeURL(ctx, "http://"+admin+"/metrics")
 	if err != nil {
 		return threadsReading{}, err
 	}
-	resp, err := scrapeClient.Do(req)
-	if err != nil {
-		return threadsReading{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return threadsReading{}, fmt.Errorf("%s/metrics: %s", admin, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return threadsReading{}, fmt.Errorf("%s/metrics: %w", admin, err)
+	// A series not there yet is none so far: a change counter's label
+	// appears with its first change, and neither exists on a fixed count.
+	get := func(name string, label ...string) (float64, bool, error) {
+		v, err := testkit.FindMetric(g, name, label...)
+		if errors.Is(err, testkit.ErrNotFound) {
+			return 0, false, nil
+		}
+		return v, err == nil, err
 	}
 	var r threadsReading
-	seconds := fams["tether_gomaxprocs_seconds_total"]
-	for _, m := range seconds.GetMetric() {
-		d := time.Duration(m.GetCounter().GetValue() * float64(time.Second))
-		if label(m, "threads") == "1" {
-			r.OnOne += d
-		} else {
-			r.OnMax += d
-		}
+	one, ok, err1 := get("tether_gomaxprocs_seconds_total", "threads", "1")
+	two, _, err2 := get("tether_gomaxprocs_seconds_total", "threads", "2")
+	up, _, err3 := get("tether_gomaxprocs_changes_total", "direction", "up")
+	down, _, err4 := get("tether_gomaxprocs_changes_total", "direction", "down")
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return r, err
 	}
-	for _, m := range fams["tether_gomaxprocs_changes_total"].GetMetric() {
-		switch label(m, "direction") {
-		case "up":
-			r.Up += int(m.GetCounter().GetValue())
-		case "down":
-			r.Down += int(m.GetCounter().GetValue())
-		}
-	}
-	r.ok = seconds != nil
+	r.OnOne, r.OnMax = seconds(one), seconds(two)
+	r.Up, r.Down, r.ok = int(up), int(down), ok
 	return r, nil
 }
 
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// threadsProbe reads a sidecar's thread counters as a point's measured
+// part begins (on a goroutine of its own: the generator must not wait
+// for it) and as it ends.
+type threadsProbe struct {
+	admin  string
+	before threadsReading
+	err    error
+	read   chan struct{} // closed once before is read; nil until begin
+}
+
+func (p *threadsProbe) begin(ctx context.Context) {
+	p.read = make(chan struct{})
+	go func() {
+		defer close(p.read)
+		p.before, p.err = readThreads(ctx, p.admin)
+	}()
+}
+
+// end reads the counters again and returns what changed since begin;
+// nil if the part never began or the sidecar exports no counters.
+func (p *threadsProbe) end(ctx context.Context) (*Threads, error) {
+	if p.read == nil {
+		return nil, nil
 	}
-	return ""
+	after, err := readThreads(ctx, p.admin)
+	<-p.read
+	if err = errors.Join(err, p.err); err != nil {
+		return nil, err
+	}
+	return after.since(p.before), nil
 }
 
 // ThreadsTable is the thread counts of every point that has them; nil
