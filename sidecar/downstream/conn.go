@@ -11,11 +11,14 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/tetherproxy/tether/sidecar/bufpool"
 	"github.com/tetherproxy/tether/sidecar/httphead"
+	"github.com/tetherproxy/tether/sidecar/peek"
 )
 
 // A connection's states, for Shutdown: it closes new and idle ones, and
@@ -36,11 +39,18 @@ type conn struct {
 	accepted time.Time
 	state    atomic.Int32
 	in       inReader
-	br       *bufio.Reader // over in
-	bw       *bufio.Writer // over nc
-	w        response      // the request in progress; reused
-	body     requestBody   // its body; reused
-	fixed    httphead.Body // the bytes of a body httphead framed; reused
+	// br and bw are lent (bufpool) while a request is read and answered;
+	// nil while the connection waits for one.
+	br *bufio.Reader // over in
+	bw *bufio.Writer // over nc
+	// raw waits for the next request without buffers (awaitBytes); nil
+	// when nc has no descriptor (the buffered read waits instead).
+	raw      syscall.RawConn
+	readable func(fd uintptr) bool // readableFD, made once
+	polled   bool                  // awaitBytes: the poller has been waited on
+	w        response              // the request in progress; reused
+	body     requestBody           // its body; reused
+	fixed    httphead.Body         // the bytes of a body httphead framed; reused
 	watch    watch
 	// deadlineLeft: a read deadline of the head's (awaitRequest's idle or
 	// first-byte one, readRequest's header one) may still be set. It is
@@ -58,8 +68,12 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), accepted: time.Now()}
 	c.in.nc = nc
 	c.in.left = -1
-	c.br = bufio.NewReader(&c.in)
-	c.bw = bufio.NewWriter(nc)
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw = raw
+			c.readable = c.readableFD
+		}
+	}
 	c.watch.c = c
 	c.watch.cond.L = &c.watch.mu
 	c.w.header = make(http.Header)
@@ -97,6 +111,7 @@ func (c *conn) serve() {
 func (c *conn) end() {
 	c.watch.stop()
 	c.nc.Close()
+	c.giveBack() // the handler has returned: nothing reads or writes them any more
 	c.s.remove(c)
 }
 
@@ -122,12 +137,71 @@ func (c *conn) awaitRequest() bool {
 	}
 	// Always set: a watch aborted by a deadline in the past left one.
 	_ = c.nc.SetReadDeadline(deadline)
+	if !c.in.hasExtra && (c.br == nil || c.br.Buffered() == 0) {
+		c.giveBack()
+		if !c.awaitBytes() {
+			return false
+		}
+	}
+	c.lend()
 	// The header limit counts from here: the Peek may buffer much of them.
 	c.in.limit(c.s.headerLimit())
 	if _, err := c.br.Peek(1); err != nil {
 		return false
 	}
 	return c.state.CompareAndSwap(from, stateActive)
+}
+
+// lend gives c its buffered reader and writer, if it has given them back.
+func (c *conn) lend() {
+	if c.br == nil {
+		c.br = bufpool.Reader(&c.in)
+		c.bw = bufpool.Writer(c.nc)
+	}
+}
+
+// giveBack returns c's buffers while it waits for a request: the reader
+// holds nothing of the next one, the writer has flushed the last answer.
+func (c *conn) giveBack() {
+	if c.br != nil {
+		bufpool.PutReader(c.br)
+		bufpool.PutWriter(c.bw)
+		c.br, c.bw = nil, nil
+	}
+}
+
+// awaitBytes waits until the client sends its next request's first
+// bytes, closes, or the read deadline passes, holding no buffer: the
+// wait is the poller's, under RawConn.Read. It reports false when the
+// deadline passed or the connection was closed (by Shutdown).
+//
+// A read through the buffer would wait as well, but holding the buffer
+// it reads into. A bare wait on RawConn.Read would not do either: Go
+// forgets the socket's readiness before it calls readableFD, so a
+// request that arrived before would wait for the socket's next event
+// (the client's acknowledgement of the last answer, when it comes).
+// readableFD peeks first, which costs what the read it replaces cost
+// when nothing has arrived: one system call.
+func (c *conn) awaitBytes() bool {
+	if c.raw == nil {
+		return true
+	}
+	c.polled = false
+	return c.raw.Read(c.readable) == nil
+}
+
+// readableFD is awaitBytes's function: true once there is something to
+// read (or an end or an error, for the read that follows to report),
+// false to wait on the poller.
+func (c *conn) readableFD(fd uintptr) bool {
+	if c.polled {
+		return true // woken: the buffered read follows (and would wait again if woken for nothing)
+	}
+	if _, errno := peek.Byte(fd); peek.Empty(errno) {
+		c.polled = true
+		return false
+	}
+	return true
 }
 
 // errTooLarge is a request line and header block over the server's limit.
@@ -301,7 +375,19 @@ func (c *conn) serveRequest(req *http.Request) bool {
 		return false // the handler aborted: the response is cut where it stood
 	}
 	w.finish()
-	return w.reusable()
+	reusable := w.reusable()
+	c.forget()
+	return reusable
+}
+
+// forget drops the finished request, so that a connection waiting for
+// its next one keeps none of the last one's objects alive (the request,
+// its headers and context, what the handler hung on them).
+func (c *conn) forget() {
+	c.w.req = nil
+	clear(c.w.header)
+	c.body = requestBody{c: c, eof: true}
+	c.fixed.Reset(nil, 0)
 }
 
 // handle runs the handler. A panic ends the request unfinished, so the

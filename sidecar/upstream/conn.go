@@ -13,9 +13,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
+	"github.com/tetherproxy/tether/sidecar/bufpool"
 	"github.com/tetherproxy/tether/sidecar/httphead"
+	"github.com/tetherproxy/tether/sidecar/peek"
 )
 
 // max1xx bounds the informational responses before the final one (as
@@ -34,16 +35,14 @@ type conn struct {
 	nc        net.Conn
 	raw       syscall.RawConn // for alive; nil when nc has none
 	in        limitReader     // nc, bounded while headers are read
-	br        *bufio.Reader   // over in
-	bw        *bufio.Writer   // over out
+	br        *bufio.Reader   // over in; lent for a round trip (nil while idle)
+	bw        *bufio.Writer   // over out; likewise
 	out       sender          // nc, and the request's last write (send)
 	reused    bool            // carried a request before this one
 	idleSince time.Time
 	peek      func(fd uintptr) // alive's probe, made once
 	abortFn   func()           // abort, made once: a method value per request would be an allocation
-	peekBuf   [1]byte
-	peekN     int
-	peekErr   syscall.Errno
+	peekErr   syscall.Errno    // alive's probe's answer: EAGAIN when nothing had arrived
 	// aborted: the request's context was canceled and nc closed.
 	aborted atomic.Bool
 }
@@ -52,10 +51,9 @@ func newConn(t *Transport, addr string, nc net.Conn) *conn {
 	c := &conn{t: t, addr: addr, nc: nc}
 	c.in.r = nc
 	c.in.n = -1
-	c.br = bufio.NewReader(&c.in)
 	c.out.c = c
 	c.out.fn = c.out.writeFD
-	c.bw = bufio.NewWriter(&c.out)
+	c.lend()
 	c.abortFn = c.abort
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -64,6 +62,31 @@ func newConn(t *Transport, addr string, nc net.Conn) *conn {
 		}
 	}
 	return c
+}
+
+// lend gives c its buffered reader and writer, for a round trip.
+func (c *conn) lend() {
+	c.br = bufpool.Reader(&c.in)
+	c.bw = bufpool.Writer(&c.out)
+}
+
+// giveBack returns c's buffers while it idles in the pool: neither holds
+// anything then (the request was flushed, the response read to its end).
+// A connection without them is left as it is.
+func (c *conn) giveBack() {
+	if c.br != nil {
+		bufpool.PutReader(c.br)
+		bufpool.PutWriter(c.bw)
+		c.br, c.bw = nil, nil
+	}
+}
+
+// discard closes c after a failed or unfinished round trip, on the
+// goroutine that made it (nothing else reads or writes c's buffers then),
+// and gives its buffers back.
+func (c *conn) discard() {
+	c.nc.Close()
+	c.giveBack()
 }
 
 // abort closes the connection for a canceled request: a read or write
@@ -87,7 +110,7 @@ func (c *conn) abort() {
 func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, headerTimeout time.Duration) (*http.Response, error) {
 	if err := ctx.Err(); err != nil {
 		closeBody(req)
-		c.nc.Close()
+		c.discard()
 		return nil, err
 	}
 	w := watch{ctx: ctx, c: c, stop: unwatched}
@@ -119,13 +142,13 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 			}
 		}
 		w.stop()
-		c.nc.Close()
+		c.discard()
 		return nil, c.failure(ctx, err)
 	}
 	resp, err := c.awaitResponse(req, h, &w, deadline, waited)
 	if err != nil {
 		w.stop()
-		c.nc.Close()
+		c.discard()
 		if headerTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
 			return nil, ErrHeaderTimeout
 		}
@@ -320,22 +343,13 @@ func (c *conn) alive() bool {
 	if err := c.raw.Control(c.peek); err != nil {
 		return false
 	}
-	return c.peekN < 0 && (c.peekErr == syscall.EAGAIN || c.peekErr == syscall.EWOULDBLOCK)
+	return peek.Empty(c.peekErr)
 }
 
-// peekFD is alive's probe: one non-blocking MSG_PEEK of a byte (the raw
-// system call: syscall.Recvfrom allocates a socket address per call). It
-// runs under RawConn.Control, not Read: it never waits, so it needs no
-// poller, and a read deadline left from the last round trip, past by
-// now, must not fail it.
-func (c *conn) peekFD(fd uintptr) {
-	n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.peekBuf[0])), 1,
-		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-	c.peekN, c.peekErr = int(n), errno
-	if errno != 0 {
-		c.peekN = -1
-	}
-}
+// peekFD is alive's probe. It runs under RawConn.Control, not Read: it
+// never waits, so it needs no poller, and a read deadline left from the
+// last round trip, past by now, must not fail it.
+func (c *conn) peekFD(fd uintptr) { _, c.peekErr = peek.Byte(fd) }
 
 // oneWrite is the buffered writer Request.Write is given: a
 // *bufio.Writer, but not of that type, so that Write does not flush the
@@ -398,7 +412,9 @@ func (b *body) Read(p []byte) (int, error) {
 			err = context.Canceled
 		}
 		b.err = err
-		b.close()
+		b.done = true
+		b.stop()
+		b.c.discard()
 	}
 	return n, err
 }
@@ -412,20 +428,18 @@ func (b *body) end() {
 		b.c.t.putIdle(b.c)
 		return
 	}
-	b.c.nc.Close()
-}
-
-func (b *body) close() {
-	b.done = true
-	b.stop()
-	b.c.nc.Close()
+	b.c.discard()
 }
 
 // Close before the end closes the connection: the rest of the body is
-// never read (ReadResponse's own Close would read it all).
+// never read (ReadResponse's own Close would read it all). Its buffers
+// are left to the collector: Close may come from another goroutine than
+// a Read in progress (to cut a stream short), which may still use them.
 func (b *body) Close() error {
 	if !b.done {
-		b.close()
+		b.done = true
+		b.stop()
+		b.c.nc.Close()
 	}
 	return nil
 }

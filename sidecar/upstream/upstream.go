@@ -155,6 +155,7 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 		}
 		if c.alive() {
 			c.reused = true
+			c.lend()
 			return c, nil
 		}
 		c.nc.Close()
@@ -196,6 +197,7 @@ func (t *Transport) popIdle(addr string) *conn {
 // putIdle keeps c for the next request to its backend, closing the
 // oldest idle connection beyond the cap and those idle for too long.
 func (t *Transport) putIdle(c *conn) {
+	c.giveBack()
 	now := time.Now()
 	c.idleSince = now
 	t.mu.Lock()

@@ -1,0 +1,58 @@
+package upstream
+
+import (
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/tetherproxy/tether/sidecar/bufpool"
+)
+
+// A connection holds its reader and writer for a round trip only: a
+// pooled one has given them back, and so has one discarded after a
+// failure, before the response's headers or in its body.
+func TestBuffersAreLentForARoundTripOnly(t *testing.T) {
+	base := bufpool.Lent()
+	lent := func(when string, want int64) {
+		t.Helper()
+		if n := bufpool.Lent() - base; n != want {
+			t.Errorf("%s: %d buffers lent, want %d", when, n, want)
+		}
+	}
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/cut": // headers, part of the body, and the connection dropped
+			w.Header().Set("Content-Length", "10")
+			io.WriteString(w, "abc")
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		case "/gone": // no answer at all
+			panic(http.ErrAbortHandler)
+		}
+		io.WriteString(w, "ok")
+	})
+	tr := newTransport(Options{})
+	defer tr.CloseIdleConnections()
+	for range 3 {
+		if _, body, _ := do(t, tr, post(t, s.URL, "x")); body != "ok" {
+			t.Fatalf("body %q", body)
+		}
+		lent("a pooled connection", 0)
+	}
+
+	resp, err := tr.RoundTrip(post(t, s.URL+"/cut", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lent("while the body is read", 2)
+	if b, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatalf("a body cut at %q read to its end", b)
+	}
+	resp.Body.Close()
+	lent("after a body cut short", 0)
+
+	if _, err := tr.RoundTrip(post(t, s.URL+"/gone", "x")); err == nil {
+		t.Fatal("a backend that closed without an answer: no error")
+	}
+	lent("after a round trip without an answer", 0)
+}
