@@ -39,8 +39,11 @@ type conn struct {
 	accepted time.Time
 	state    atomic.Int32
 	in       inReader
-	// br and bw are lent (bufpool) while a request is read and answered;
-	// nil while the connection waits for one.
+	// br and bw are lent (bufpool) while they hold or may soon hold
+	// bytes: br from the next request's first byte to the end of its
+	// body, bw from the response's first write to its flush; nil
+	// otherwise (while the handler waits for a backend, and between
+	// requests).
 	br *bufio.Reader // over in
 	bw *bufio.Writer // over nc
 	// raw waits for the next request without buffers (awaitBytes); nil
@@ -138,12 +141,12 @@ func (c *conn) awaitRequest() bool {
 	// Always set: a watch aborted by a deadline in the past left one.
 	_ = c.nc.SetReadDeadline(deadline)
 	if !c.in.hasExtra && (c.br == nil || c.br.Buffered() == 0) {
-		c.giveBack()
+		c.giveBackReader()
 		if !c.awaitBytes() {
 			return false
 		}
 	}
-	c.lend()
+	c.lendReader()
 	// The header limit counts from here: the Peek may buffer much of them.
 	c.in.limit(c.s.headerLimit())
 	if _, err := c.br.Peek(1); err != nil {
@@ -152,21 +155,48 @@ func (c *conn) awaitRequest() bool {
 	return c.state.CompareAndSwap(from, stateActive)
 }
 
-// lend gives c its buffered reader and writer, if it has given them back.
-func (c *conn) lend() {
+// lendReader gives c a reader, if it has given its own back.
+func (c *conn) lendReader() {
 	if c.br == nil {
 		c.br = bufpool.Reader(&c.in)
-		c.bw = bufpool.Writer(c.nc)
 	}
 }
 
-// giveBack returns c's buffers while it waits for a request: the reader
-// holds nothing of the next one, the writer has flushed the last answer.
+// writer is c's writer, lent if c has given its own back.
+func (c *conn) writer() *bufio.Writer {
+	if c.bw == nil {
+		c.bw = bufpool.Writer(c.nc)
+	}
+	return c.bw
+}
+
+// giveBackReader returns c's reader when it holds nothing: the request's
+// body has ended, and no byte of a pipelined next request came with it.
+func (c *conn) giveBackReader() {
+	if c.br != nil && c.br.Buffered() == 0 {
+		bufpool.PutReader(c.br)
+		c.br = nil
+	}
+}
+
+// giveBackWriter returns c's writer when it has flushed all it held.
+func (c *conn) giveBackWriter() {
+	if c.bw != nil && c.bw.Buffered() == 0 {
+		bufpool.PutWriter(c.bw)
+		c.bw = nil
+	}
+}
+
+// giveBack returns both buffers of a connection that has ended, whatever
+// they hold.
 func (c *conn) giveBack() {
 	if c.br != nil {
 		bufpool.PutReader(c.br)
+		c.br = nil
+	}
+	if c.bw != nil {
 		bufpool.PutWriter(c.bw)
-		c.br, c.bw = nil, nil
+		c.bw = nil
 	}
 }
 
@@ -365,6 +395,7 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	}
 	if c.body.eof {
 		req.Body = http.NoBody
+		c.giveBackReader()
 		c.watch.arm()
 	} else {
 		req.Body = &c.body
@@ -488,6 +519,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		b.eof = true
+		b.c.giveBackReader() // the body's reader, ended, reads it no more
 		if !b.c.w.done {
 			b.c.watch.arm()
 		}

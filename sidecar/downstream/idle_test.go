@@ -25,37 +25,62 @@ func waitLent(t *testing.T, want int64) {
 	}
 }
 
-// A connection holds its reader and writer while a request is read and
-// answered, and gives both back while it waits for the next one: a
-// thousand idle keep-alive connections cost no buffers (HAProxy's way).
-func TestAWaitingConnectionHoldsNoBuffers(t *testing.T) {
+// A connection holds a buffer only while it holds, or is about to hold,
+// bytes: the reader from a request's first byte to the end of its body,
+// the writer from the response's first write to its flush. While the
+// handler waits (for a backend's answer) and between requests it holds
+// none: a thousand idle keep-alive connections cost no buffers, and a
+// thousand requests waiting for their backends few (HAProxy's way).
+func TestAConnectionHoldsBuffersOnlyWhileTheyHoldBytes(t *testing.T) {
 	base := bufpool.Lent()
-	inHandler, release := make(chan struct{}), make(chan struct{})
+	lent := func(when string, want int64) {
+		t.Helper()
+		if n := bufpool.Lent() - base; n != want {
+			t.Errorf("%s: %d buffers lent, want %d", when, n, want)
+		}
+	}
+	inCut := make(chan struct{})
 	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		inHandler <- struct{}{}
-		<-release
-		io.WriteString(w, r.URL.Path)
+		if r.URL.Path == "/cut" {
+			lent("a body cut short, not yet read", 1)
+			inCut <- struct{}{}
+			io.ReadAll(r.Body) // fails: the client has gone
+			return
+		}
+		if r.Method == http.MethodGet {
+			lent("a request without a body, in the handler", 0)
+			io.WriteString(w, "got")
+			return
+		}
+		lent("a body not yet read", 1)
+		if b, _ := io.ReadAll(r.Body); string(b) != "abc" {
+			t.Errorf("body %q", b)
+		}
+		lent("the body read to its end", 0)
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "event 1")
+		lent("a response written, not flushed", 1)
+		w.(http.Flusher).Flush()
+		lent("flushed", 0)
+		io.WriteString(w, "event 2")
 	})})
 	c, br := dial(t, addr)
 	// A new connection that has not sent a byte holds none.
 	waitLent(t, base)
-	for _, path := range []string{"/first", "/second"} {
-		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
-		<-inHandler
-		if n := bufpool.Lent() - base; n != 2 {
-			t.Errorf("%s in the handler: %d buffers lent, want 2 (a reader and a writer)", path, n)
-		}
-		release <- struct{}{}
-		if _, body := readBody(t, br); body != path {
-			t.Fatalf("body %q, want %q", body, path)
-		}
-		waitLent(t, base)
+	io.WriteString(c, "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+	if _, body := readBody(t, br); body != "event 1event 2" {
+		t.Fatalf("body %q", body)
 	}
-	// And a closed connection gives back what it held.
-	io.WriteString(c, "GET /third HTTP/1.1\r\nHost: x\r\n\r\n")
-	<-inHandler
+	waitLent(t, base)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := readBody(t, br); body != "got" {
+		t.Fatalf("body %q", body)
+	}
+	waitLent(t, base)
+	// And a connection closed mid-request gives back what it held.
+	io.WriteString(c, "POST /cut HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\na")
+	<-inCut
 	c.Close()
-	release <- struct{}{}
 	waitLent(t, base)
 }
 

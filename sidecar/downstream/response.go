@@ -78,8 +78,8 @@ func (w *response) WriteHeader(code int) {
 	if code < 200 && code != http.StatusSwitchingProtocols {
 		w.writeStatusLine(code)
 		w.writeHeaders()
-		w.c.bw.WriteString("\r\n")
-		w.noteErr(w.c.bw.Flush())
+		w.c.writer().WriteString("\r\n")
+		w.flush()
 		return
 	}
 	w.status = code
@@ -116,12 +116,12 @@ func (w *response) writeContinue() {
 	if w.status != 0 || w.done {
 		return
 	}
-	w.c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-	w.noteErr(w.c.bw.Flush())
+	w.c.writer().WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+	w.flush()
 }
 
 func (w *response) writeStatusLine(code int) {
-	bw := w.c.bw
+	bw := w.c.writer()
 	if w.req.ProtoAtLeast(1, 1) {
 		bw.WriteString("HTTP/1.1 ")
 	} else {
@@ -175,7 +175,7 @@ func (w *response) writeField(name string, vv []string) {
 	if !httpguts.ValidHeaderFieldName(name) {
 		return
 	}
-	bw := w.c.bw
+	bw := w.c.writer()
 	for _, v := range vv {
 		bw.WriteString(name)
 		bw.WriteString(": ")
@@ -226,7 +226,7 @@ func (w *response) Write(p []byte) (int, error) {
 // Content-Type detection).
 func (w *response) frame(first []byte) {
 	w.framed = true
-	bw := w.c.bw
+	bw := w.c.writer()
 	if w.sniff {
 		data := w.pending
 		if len(data) == 0 {
@@ -304,7 +304,7 @@ func (w *response) writeBody(p []byte) (int, error) {
 	if w.isHEAD {
 		return len(p), nil // a response to HEAD has no body
 	}
-	bw := w.c.bw
+	bw := w.c.writer()
 	if w.chunked {
 		bw.Write(strconv.AppendUint(w.scratch[:0], uint64(len(p)), 16))
 		bw.WriteString("\r\n")
@@ -339,8 +339,20 @@ func (w *response) FlushError() error {
 	if w.err != nil {
 		return w.err
 	}
+	return w.flush()
+}
+
+// flush sends what the connection's writer holds and gives the writer
+// back: between a stream's events the response holds no buffer.
+func (w *response) flush() error {
+	if w.c.bw == nil {
+		return w.err // nothing written since the last flush
+	}
 	err := w.c.bw.Flush()
 	w.noteErr(err)
+	if err == nil {
+		w.c.giveBackWriter()
+	}
 	return err
 }
 
@@ -362,7 +374,7 @@ func (w *response) finish() {
 	if !w.framed {
 		w.frame(nil)
 	}
-	bw := w.c.bw
+	bw := w.c.writer()
 	if w.chunked && w.err == nil {
 		bw.WriteString("0\r\n")
 		for _, k := range w.trailerNames {
@@ -375,7 +387,7 @@ func (w *response) finish() {
 		}
 		bw.WriteString("\r\n")
 	}
-	w.noteErr(bw.Flush())
+	w.flush()
 	if w.length >= 0 && w.bodyAllowed && !w.isHEAD && w.written != w.length {
 		w.closeAfter = true // short of its Content-Length: the client waits for the rest
 	}

@@ -8,9 +8,10 @@ import (
 	"github.com/tetherproxy/tether/sidecar/bufpool"
 )
 
-// A connection holds its reader and writer for a round trip only: a
-// pooled one has given them back, and so has one discarded after a
-// failure, before the response's headers or in its body.
+// A connection holds its writer until the request is sent and its reader
+// until the response has been read: a pooled one holds neither, nor
+// does one discarded after a failure, before the response's headers or
+// in its body.
 func TestBuffersAreLentForARoundTripOnly(t *testing.T) {
 	base := bufpool.Lent()
 	lent := func(when string, want int64) {
@@ -44,7 +45,7 @@ func TestBuffersAreLentForARoundTripOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lent("while the body is read", 2)
+	lent("while the body is read (the reader; the writer went back once the request was sent)", 1)
 	if b, err := io.ReadAll(resp.Body); err == nil {
 		t.Fatalf("a body cut at %q read to its end", b)
 	}

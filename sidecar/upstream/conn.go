@@ -36,7 +36,7 @@ type conn struct {
 	raw       syscall.RawConn // for alive; nil when nc has none
 	in        limitReader     // nc, bounded while headers are read
 	br        *bufio.Reader   // over in; lent for a round trip (nil while idle)
-	bw        *bufio.Writer   // over out; likewise
+	bw        *bufio.Writer   // over out; lent until the request is sent
 	out       sender          // nc, and the request's last write (send)
 	reused    bool            // carried a request before this one
 	idleSince time.Time
@@ -70,14 +70,22 @@ func (c *conn) lend() {
 	c.bw = bufpool.Writer(&c.out)
 }
 
-// giveBack returns c's buffers while it idles in the pool: neither holds
-// anything then (the request was flushed, the response read to its end).
-// A connection without them is left as it is.
+// giveBackWriter returns the writer once the request is sent: the wait
+// for the answer, a model's long one included, holds only the reader.
+func (c *conn) giveBackWriter() {
+	if c.bw != nil {
+		bufpool.PutWriter(c.bw)
+		c.bw = nil
+	}
+}
+
+// giveBack returns what c still holds while it idles in the pool (the
+// response was read to its end) or once it is discarded.
 func (c *conn) giveBack() {
+	c.giveBackWriter()
 	if c.br != nil {
 		bufpool.PutReader(c.br)
-		bufpool.PutWriter(c.bw)
-		c.br, c.bw = nil, nil
+		c.br = nil
 	}
 }
 
@@ -128,6 +136,9 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 	waited := false
 	if err == nil {
 		waited, err = c.send(w.firstWait(deadline))
+	}
+	if err == nil {
+		c.giveBackWriter()
 	}
 	if err != nil {
 		// A backend that refused the body may have answered before it
