@@ -10,11 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/tetherproxy/tether/e2e/bench/loadgen"
 	"github.com/tetherproxy/tether/e2e/bench/procs"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // ChurnOptions shape a load run: Sessions distinct sessions, one turn
@@ -136,28 +134,19 @@ func RunChurn(env *procs.Env, o ChurnOptions) (Churn, error) {
 	return res, nil
 }
 
-// sample reads a replica's process figures from its /metrics.
+// sample reads a replica's process figures from its /metrics; a figure
+// the replica does not report is -1.
 func sample(r *Replica, sessions int, res *loadgen.Result) (Sample, error) {
-	resp, err := http.Get(r.AdminURL("/metrics"))
-	if err != nil {
-		return Sample{}, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	g, err := testkit.ScrapeURL(context.Background(), r.AdminURL("/metrics"))
 	if err != nil {
 		return Sample{}, err
 	}
 	get := func(name string) float64 {
-		f := fams[name]
-		if f == nil || len(f.GetMetric()) == 0 {
+		v, err := testkit.FindMetric(g, name)
+		if err != nil {
 			return -1
 		}
-		m := f.GetMetric()[0]
-		if m.Gauge != nil {
-			return m.GetGauge().GetValue()
-		}
-		return m.GetUntyped().GetValue()
+		return v
 	}
 	return Sample{
 		Sessions: sessions, Goroutines: get("go_goroutines"), OpenFDs: get("process_open_fds"),

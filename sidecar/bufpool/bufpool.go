@@ -1,15 +1,18 @@
 // Package bufpool lends the buffered readers and writers of the proxy's
 // connections, client side and backend side, so that a connection holds
-// them only while a request passes through it.
+// one only while it holds bytes, or is about to: a request's reader until
+// its body has ended, a response's writer until it is flushed.
 //
 // Why: a keep-alive connection spends most of its life idle, and a
-// reader and a writer of 4 KiB each held through that idleness cost
-// 8 KiB per connection, twice over once the garbage collector's headroom
-// is counted. After a burst (the router paused, a backlog arriving at
-// once) a sidecar is left with thousands of idle connections on both
-// sides; HAProxy, which holds buffers only while data is in flight,
-// keeps the same connections in a few megabytes. Lent instead, the
-// buffers in use follow the requests in progress.
+// proxied request most of its life waiting for the model server. Held
+// through both, a reader and a writer of 4 KiB on each side cost 16 KiB
+// per request in flight and 8 KiB per idle connection, twice over once
+// the garbage collector's headroom is counted. Under a backlog (the
+// sidecar stopped for half a second, thousands of requests arriving at
+// once) that was most of a sidecar's memory; HAProxy, which holds
+// buffers only while data is in them, served the same backlog in a
+// tenth of it (README "Falling behind, and coming back"). Lent instead,
+// the buffers out follow the bytes in transit.
 package bufpool
 
 import (
