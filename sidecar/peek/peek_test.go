@@ -1,0 +1,68 @@
+package peek
+
+import (
+	"net"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Byte answers the three states of a socket's receive queue without
+// taking from it: nothing yet, a byte (still there for the next read),
+// and the peer's end of stream.
+func TestByteSeesWithoutTaking(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	raw, err := server.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	look := func() (n int, errno syscall.Errno) {
+		raw.Control(func(fd uintptr) { n, errno = Byte(fd) })
+		return n, errno
+	}
+	// until reports Byte's answer once it stops being "nothing yet" (the
+	// bytes a loopback write sends arrive at once, but not synchronously).
+	until := func() (int, syscall.Errno) {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n, errno := look()
+			if !Empty(errno) || time.Now().After(deadline) {
+				return n, errno
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	if n, errno := look(); !Empty(errno) {
+		t.Fatalf("nothing sent: n %d, errno %v; want EAGAIN", n, errno)
+	}
+	client.Write([]byte("GET"))
+	if n, errno := until(); n != 1 || errno != 0 {
+		t.Fatalf("bytes sent: n %d, errno %v; want 1, 0", n, errno)
+	}
+	if n, errno := look(); n != 1 || errno != 0 {
+		t.Fatalf("peeked again: n %d, errno %v; the byte must still be there", n, errno)
+	}
+	buf := make([]byte, 8)
+	if n, err := server.Read(buf); err != nil || string(buf[:n]) != "GET" {
+		t.Fatalf("read after the peeks: %q, %v; want all three bytes", buf[:n], err)
+	}
+	client.Close()
+	if n, errno := until(); n != 0 || errno != 0 {
+		t.Fatalf("peer closed: n %d, errno %v; want 0, 0 (end of stream)", n, errno)
+	}
+}
