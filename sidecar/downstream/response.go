@@ -29,7 +29,7 @@ const pendingMax = 2048
 type response struct {
 	c      *conn
 	req    *http.Request
-	header http.Header // the handler's; one map per connection, cleared per request
+	header http.Header // the handler's; one map per connection, cleared as its request ends (conn.forget)
 
 	status int  // the final status; 0 until WriteHeader(>= 200)
 	framed bool // framing headers and the blank line written
@@ -57,7 +57,6 @@ type response struct {
 var errAfterHandler = errors.New("downstream: write after the handler returned")
 
 func (w *response) reset(c *conn, req *http.Request) {
-	clear(w.header)
 	*w = response{c: c, req: req, header: w.header, length: -1, pending: w.pending[:0],
 		isHEAD: req.Method == http.MethodHead, closeAfter: req.Close}
 }
@@ -374,8 +373,8 @@ func (w *response) finish() {
 	if !w.framed {
 		w.frame(nil)
 	}
-	bw := w.c.writer()
 	if w.chunked && w.err == nil {
+		bw := w.c.writer() // a stream's last flush gave its writer back
 		bw.WriteString("0\r\n")
 		for _, k := range w.trailerNames {
 			w.writeField(k, w.header[k])
