@@ -62,6 +62,8 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	fmt.Fprintf(b, "%s\n\n", stickySetup(in))
 	writeTables(b, sticky.Tables(o, in.Sticky))
 	writeTables(b, targetTables(in))
+	fmt.Fprintf(b, "**How far one run decides.** Each ratio rests on this run's conversations (%d at B = %d), and under a policy that places sessions by load or spreads their turns, which backend a conversation's turns met is a draw of its own, as is which backend's cache overflowed first. The interval column resamples the conversations (%d draws with replacement, both policies of a ratio on the same draw, seeded) and gives the range of the middle 90%% of the ratios: where another draw of conversations like these could put it. A miss whose interval reaches past its target is within this run's sampling noise; one whose interval stays below it is not.\n\n",
+		o.ForBackends(slices.Min(o.Backends)).Conversations, slices.Min(o.Backends), sticky.IntervalDraws)
 	share, distinct := workload.Footprint(workload.Generate(o.Workload), o.Workload)
 	cacheB := slices.Min(o.Backends)
 	next := " The same workload with other cache sizes:\n\n"

@@ -77,7 +77,7 @@ func check(v, target float64) string {
 func targetTables(in *Input) []*table.Table {
 	o, res := in.StickyOpts, in.Sticky
 	t := &table.Table{Title: "issue targets, as measured in this run",
-		Head: []string{"target", "R", "B", "measured", "same backend: tether ÷ the other"}}
+		Head: []string{"target", "R", "B", "measured", "90% interval, conversations resampled", "same backend: tether ÷ the other"}}
 	// stays shows the routing behind a ratio: the share of later turns
 	// each policy kept on their previous turn's backend, which the
 	// caches' eviction order does not move.
@@ -93,19 +93,31 @@ func targetTables(in *Input) []*table.Table {
 					continue
 				}
 				if oracle != nil && r >= 3 {
-					t.Add(sticky.Labels[p]+" hit rate ÷ oracle's", fmt.Sprint(r), fmt.Sprint(b), check(x.HitRate()/oracle.HitRate(), 0.98), stays(x, oracle))
+					t.Add(sticky.Labels[p]+" hit rate ÷ oracle's", fmt.Sprint(r), fmt.Sprint(b), check(x.HitRate()/oracle.HitRate(), 0.98),
+						interval(x, oracle, sticky.HitRateStat), stays(x, oracle))
 				}
 				if mem != nil && r >= 6 {
-					t.Add(sticky.Labels[p]+" hit rate ÷ per-replica memory's", fmt.Sprint(r), fmt.Sprint(b), check(x.HitRate()/mem.HitRate(), 1.8), stays(x, mem))
+					t.Add(sticky.Labels[p]+" hit rate ÷ per-replica memory's", fmt.Sprint(r), fmt.Sprint(b), check(x.HitRate()/mem.HitRate(), 1.8),
+						interval(x, mem, sticky.HitRateStat), stays(x, mem))
 				}
 				if rr != nil && x.TTFT.Quantile(0.5) > 0 {
 					t.Add("round robin's TTFT p50 ÷ "+sticky.Labels[p]+"'s", fmt.Sprint(r), fmt.Sprint(b),
-						check(float64(rr.TTFT.Quantile(0.5))/float64(x.TTFT.Quantile(0.5)), 3), stays(x, rr))
+						check(float64(rr.TTFT.Quantile(0.5))/float64(x.TTFT.Quantile(0.5)), 3), interval(rr, x, sticky.TTFTP50Stat), stays(x, rr))
 				}
 			}
 		}
 	}
 	return []*table.Table{t}
+}
+
+// interval formats the 90% interval of a target's ratio over its
+// conversations resampled (sticky.RatioInterval).
+func interval(num, den *sticky.Result, stat sticky.Stat) string {
+	lo, hi, ok := sticky.RatioInterval(num, den, stat, 0.9)
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f–%.2f", lo, hi)
 }
 
 func msf(d time.Duration) string { return hop.Ms(d) + " ms" }

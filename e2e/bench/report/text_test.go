@@ -109,3 +109,44 @@ func TestHeadlineExplainsANegativeAddedLatency(t *testing.T) {
 		t.Errorf("direct's p99 below both proxies', headline explains a stall that was not:\n%s", buf.String())
 	}
 }
+
+// Each target carries the interval of its ratio over the conversations
+// resampled, or a dash where the results kept no conversations.
+func TestTargetsCarryTheirResampledInterval(t *testing.T) {
+	convs := func(hits ...int64) map[int]*sticky.Conv {
+		m := map[int]*sticky.Conv{}
+		for i, h := range hits {
+			m[i] = &sticky.Conv{Prompt: 100, Cached: h, TTFT: []time.Duration{time.Duration(10+i) * time.Millisecond}}
+		}
+		return m
+	}
+	res := func(policy string, hits ...int64) *sticky.Result {
+		x := &sticky.Result{Policy: policy, R: 6, B: 4, TTFT: &loadgen.Histogram{}, Convs: convs(hits...)}
+		for _, c := range x.Convs {
+			x.Prompt, x.Cached = x.Prompt+c.Prompt, x.Cached+c.Cached
+			x.TTFT.Record(c.TTFT[0])
+		}
+		return x
+	}
+	in := &Input{StickyOpts: sticky.Options{Replicas: []int{6}, Backends: []int{4}}}
+	in.Sticky = []*sticky.Result{
+		res(sticky.TetherGossip, 80, 80, 80, 80),
+		res(sticky.Oracle, 80, 80, 80, 80),
+		res(sticky.TetherMemory, 40, 40, 40, 40),
+	}
+	rows := map[string][]string{}
+	for _, row := range targetTables(in)[0].Rows {
+		rows[row[0]] = row
+	}
+	if got := rows["tether gossip hit rate ÷ oracle's"]; got == nil || got[4] != "1.00–1.00" {
+		t.Errorf("÷ oracle row %q, want interval 1.00–1.00", got)
+	}
+	if got := rows["tether gossip hit rate ÷ per-replica memory's"]; got == nil || got[4] != "2.00–2.00" {
+		t.Errorf("÷ per-replica row %q, want interval 2.00–2.00", got)
+	}
+	in.Sticky[2].Convs = nil
+	in.Sticky[2].Prompt, in.Sticky[2].Cached = 400, 160
+	if got := targetTables(in)[0].Rows; len(got) < 2 || got[1][4] != "—" {
+		t.Errorf("a result without conversations: rows %q, want a dash for the interval", got)
+	}
+}

@@ -60,6 +60,9 @@ type Result struct {
 	// length, and what decides which backend's prefix cache overflows.
 	TokenImbalance float64
 	Wall           time.Duration
+	// Convs holds each conversation's answered turns, by its index in
+	// the workload: what RatioInterval resamples.
+	Convs map[int]*Conv
 }
 
 // PrefillBusy is the share of the run the backends' prefill lanes were
@@ -219,9 +222,7 @@ func runConfig(ctx context.Context, o Options, w workload.Params, convs []worklo
 // summarize reduces one policy's samples, in conversation and turn order
 // as Drive returns them, to its Result.
 func summarize(policy string, r, b int, samples []workload.Sample) *Result {
-	res := &Result{Policy: policy, R: r, B: b, TTFT: &loadgen.Histogram{}}
-	type acc struct{ prompt, cached, turns int }
-	sessions := map[int]*acc{}
+	res := &Result{Policy: policy, R: r, B: b, TTFT: &loadgen.Histogram{}, Convs: map[int]*Conv{}}
 	perBackend := map[string]int64{}
 	var first, last time.Time
 	var later, stayed int
@@ -244,12 +245,12 @@ func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 		res.Prompt += int64(s.Prompt)
 		res.Cached += int64(s.Cached)
 		perBackend[s.Backend] += int64(s.Prompt)
-		a := sessions[s.Conv]
-		if a == nil {
-			a = &acc{}
-			sessions[s.Conv] = a
+		c := res.Convs[s.Conv]
+		if c == nil {
+			c = &Conv{}
+			res.Convs[s.Conv] = c
 		}
-		a.prompt, a.cached, a.turns = a.prompt+s.Prompt, a.cached+s.Cached, a.turns+1
+		c.Prompt, c.Cached, c.TTFT = c.Prompt+int64(s.Prompt), c.Cached+int64(s.Cached), append(c.TTFT, s.TTFT)
 		if first.IsZero() || s.Sent.Before(first) {
 			first = s.Sent
 		}
@@ -258,9 +259,9 @@ func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 		}
 	}
 	var rates []float64
-	for _, a := range sessions {
-		if a.turns >= 2 {
-			rates = append(rates, float64(a.cached)/float64(max(a.prompt, 1)))
+	for _, c := range res.Convs {
+		if len(c.TTFT) >= 2 {
+			rates = append(rates, HitRateStat([]*Conv{c}))
 		}
 	}
 	if later > 0 {
