@@ -260,7 +260,7 @@ func summarize(policy string, r, b int, samples []workload.Sample) *Result {
 	}
 	var rates []float64
 	for _, c := range res.Convs {
-		if len(c.TTFT) >= 2 {
+		if len(c.TTFT) >= 2 { // answered turns: one TTFT each
 			rates = append(rates, HitRateStat([]*Conv{c}))
 		}
 	}
