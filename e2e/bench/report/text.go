@@ -110,6 +110,21 @@ func targetTables(in *Input) []*table.Table {
 	return []*table.Table{t}
 }
 
+// overPerReplica is the headline's cell for the 1.8× target:
+// tether gossip's hit rate over the per-replica store's at r replicas,
+// at every B, each with its interval.
+func overPerReplica(in *Input, r int) string {
+	var cells []string
+	for _, b := range in.StickyOpts.Backends {
+		g, mem := sticky.Find(in.Sticky, sticky.TetherGossip, r, b), sticky.Find(in.Sticky, sticky.TetherMemory, r, b)
+		if g == nil || mem == nil || mem.HitRate() == 0 {
+			continue
+		}
+		cells = append(cells, fmt.Sprintf("%.2f× (%s) at B = %d", g.HitRate()/mem.HitRate(), interval(g, mem, sticky.HitRateStat), b))
+	}
+	return strings.Join(cells, "; ")
+}
+
 // interval formats the 90% interval of a target's ratio over its
 // conversations resampled (sticky.RatioInterval).
 func interval(num, den *sticky.Result, stat sticky.Stat) string {
@@ -174,6 +189,9 @@ func headline(in *Input) *table.Table {
 		if g, or, mem, rr := x(sticky.TetherGossip), x(sticky.Oracle), x(sticky.TetherMemory), x(sticky.RoundRobin); g != nil && or != nil && mem != nil && rr != nil {
 			t.Add(fmt.Sprintf("prefix-cache hit rate, R = %d replicas, B = %d: tether gossip / oracle / per-replica memory / round robin", r, b),
 				fmt.Sprintf("%s / %s / %s / %s", pct(g.HitRate()), pct(or.HitRate()), pct(mem.HitRate()), pct(rr.HitRate())))
+			if cell := overPerReplica(in, r); cell != "" {
+				t.Add(fmt.Sprintf("hit rate, tether gossip ÷ per-replica memory, R = %d (in brackets its 90%% interval, conversations resampled)", r), cell)
+			}
 			t.Add(fmt.Sprintf("later turns on their previous turn's backend, R = %d, B = %d: tether gossip / oracle / per-replica memory / round robin", r, b),
 				fmt.Sprintf("%s / %s / %s / %s", pct(g.Stayed), pct(or.Stayed), pct(mem.Stayed), pct(rr.Stayed)))
 			t.Add(fmt.Sprintf("TTFT p50, R = %d, B = %d: tether gossip vs round robin", r, b),

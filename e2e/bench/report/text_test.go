@@ -144,8 +144,18 @@ func TestTargetsCarryTheirResampledInterval(t *testing.T) {
 	if got := rows["tether gossip hit rate ÷ per-replica memory's"]; got == nil || got[4] != "2.00–2.00" {
 		t.Errorf("÷ per-replica row %q, want interval 2.00–2.00", got)
 	}
+	// The headline's cell for the 1.8× target: every B with both
+	// policies (B = 8 has no per-replica store here).
+	in.StickyOpts.Backends = []int{4, 8}
+	in.Sticky = append(in.Sticky, &sticky.Result{Policy: sticky.TetherGossip, R: 6, B: 8, Prompt: 100, Cached: 80})
+	if got, want := overPerReplica(in, 6), "2.00× (2.00–2.00) at B = 4"; got != want {
+		t.Errorf("overPerReplica = %q, want %q", got, want)
+	}
 	in.Sticky[2].Convs = nil
 	in.Sticky[2].Prompt, in.Sticky[2].Cached = 400, 160
+	if got, want := overPerReplica(in, 6), "2.00× (—) at B = 4"; got != want {
+		t.Errorf("without conversations: overPerReplica = %q, want %q", got, want)
+	}
 	if got := targetTables(in)[0].Rows; len(got) < 2 || got[1][4] != "—" {
 		t.Errorf("a result without conversations: rows %q, want a dash for the interval", got)
 	}
