@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/bufpool"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // waitLent waits until bufpool lends want buffers (the connection's
@@ -32,13 +33,8 @@ func waitLent(t *testing.T, want int64) {
 // none: a thousand idle keep-alive connections cost no buffers, and a
 // thousand requests waiting for their backends few (HAProxy's way).
 func TestAConnectionHoldsBuffersOnlyWhileTheyHoldBytes(t *testing.T) {
-	base := bufpool.Lent()
-	lent := func(when string, want int64) {
-		t.Helper()
-		if n := bufpool.Lent() - base; n != want {
-			t.Errorf("%s: %d buffers lent, want %d", when, n, want)
-		}
-	}
+	base := bufpool.Lent() // for waitLent
+	lent := testkit.LentSince(t)
 	inCut := make(chan struct{})
 	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/cut" {

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/tetherproxy/tether/sidecar/bufpool"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // A connection holds its writer until the request is sent and its reader
@@ -13,13 +13,7 @@ import (
 // does one discarded after a failure, before the response's headers or
 // in its body.
 func TestBuffersAreLentForARoundTripOnly(t *testing.T) {
-	base := bufpool.Lent()
-	lent := func(when string, want int64) {
-		t.Helper()
-		if n := bufpool.Lent() - base; n != want {
-			t.Errorf("%s: %d buffers lent, want %d", when, n, want)
-		}
-	}
+	lent := testkit.LentSince(t)
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/cut": // headers, part of the body, and the connection dropped
