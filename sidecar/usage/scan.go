@@ -136,23 +136,25 @@ func (s *Scanner) resetJSON() {
 // scanJSON advances the JSON state machine over p. It tracks only what
 // finding a top-level "usage" object needs: nesting depth, strings (so
 // brackets inside them do not count), and which strings are top-level keys.
+// Most of a response is skipped by searches rather than walked byte by
+// byte: a string value's body, and anything nested below the top-level
+// object outside strings (where only quotes and brackets count). A usage
+// object is kept as slices of p, not byte by byte.
 func (s *Scanner) scanJSON(p []byte) {
+	from := 0 // where the usage object's bytes not yet kept begin in p
 	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if s.capturing {
-			s.capture(c)
-		}
 		if s.inString {
-			if !s.escaped && !s.isKey && !s.capturing {
-				// The body of a string value (most of a completion's
-				// bytes): jump to its next quote or backslash.
+			if !s.escaped && (!s.isKey || s.keyLen < 0) {
+				// A string value's body (most of a completion's bytes),
+				// or a key too long to be "usage": jump to its next quote
+				// or backslash.
 				j := quoteOrBackslash(p[i:])
 				if j < 0 {
-					return
+					break
 				}
 				i += j
-				c = p[i]
 			}
+			c := p[i]
 			switch {
 			case s.escaped:
 				s.escaped = false
@@ -175,6 +177,17 @@ func (s *Scanner) scanJSON(p []byte) {
 			}
 			continue
 		}
+		if s.depth > 1 {
+			// Below the top-level object, outside strings, only quotes
+			// and brackets change the state.
+			for i < len(p) && !structural[p[i]] {
+				i++
+			}
+			if i == len(p) {
+				break
+			}
+		}
+		c := p[i]
 		switch c {
 		case '"':
 			s.inString = true
@@ -186,7 +199,7 @@ func (s *Scanner) scanJSON(p []byte) {
 		case '{', '[':
 			if s.depth == 1 && s.wantValue && c == '{' && !s.capturing {
 				s.capturing, s.capDepth = true, s.depth
-				s.buf = append(s.buf[:0], c)
+				s.buf, from = s.buf[:0], i
 			}
 			s.depth++
 			if s.depth == 1 {
@@ -197,7 +210,9 @@ func (s *Scanner) scanJSON(p []byte) {
 			s.depth--
 			if s.capturing && s.depth == s.capDepth {
 				s.capturing = false
-				s.parse()
+				if s.keep(p[from : i+1]) {
+					s.parse()
+				}
 			}
 			if s.depth == 1 {
 				s.wantValue = false
@@ -215,17 +230,24 @@ func (s *Scanner) scanJSON(p []byte) {
 			}
 		}
 	}
+	if s.capturing && !s.keep(p[from:]) {
+		s.capturing = false
+	}
 }
 
-// capture keeps the byte of the usage object being read, or gives up on
-// an object larger than maxUsageBytes.
-func (s *Scanner) capture(c byte) {
-	if len(s.buf) >= maxUsageBytes {
-		s.capturing = false
+// structural marks the bytes that change the state below the top level,
+// outside strings.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
+
+// keep adds b to the usage object being read, or gives up on an object
+// larger than maxUsageBytes (false).
+func (s *Scanner) keep(b []byte) bool {
+	if len(s.buf)+len(b) > maxUsageBytes {
 		s.buf = s.buf[:0]
-		return
+		return false
 	}
-	s.buf = append(s.buf, c)
+	s.buf = append(s.buf, b...)
+	return true
 }
 
 // report is the part of a usage object tether reads. Pointers tell an
@@ -290,17 +312,33 @@ func jsonCounts(b []byte) (counts, bool) {
 	}, true
 }
 
-// quoteOrBackslash is the index of the first '"' or '\\' in p, or -1:
-// two vectorised byte searches, where bytes.IndexAny builds a set on
-// every call (1% of a streamed event's CPU).
+// quoteOrBackslash is the index of the first '"' or '\\' in p, or -1.
+// Most strings of a response are short (keys, ids, roles, finish
+// reasons): a plain loop over the first bytes finds their end before
+// a vectorised search has started. Past those, two vectorised byte
+// searches, where bytes.IndexAny builds a set on every call (1% of a
+// streamed event's CPU).
 func quoteOrBackslash(p []byte) int {
-	q := bytes.IndexByte(p, '"')
-	head := p
+	const short = 16
+	for i, c := range p[:min(len(p), short)] {
+		if c == '"' || c == '\\' {
+			return i
+		}
+	}
+	if len(p) <= short {
+		return -1
+	}
+	rest := p[short:]
+	q := bytes.IndexByte(rest, '"')
+	head := rest
 	if q >= 0 {
-		head = p[:q]
+		head = rest[:q]
 	}
 	if b := bytes.IndexByte(head, '\\'); b >= 0 {
-		return b
+		return short + b
 	}
-	return q
+	if q < 0 {
+		return -1
+	}
+	return short + q
 }
