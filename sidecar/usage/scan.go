@@ -5,10 +5,12 @@
 // the sidecar measures each session's prefix-cache reuse on the backend it
 // chose.
 //
-// The scanner never holds the response: it walks each byte once through a
-// small JSON state machine and keeps only the bytes of a top-level "usage"
-// object (at most maxUsageBytes), so its memory is bounded whatever the
-// backend sends, and malformed input only means no usage is found.
+// The scanner never holds the response: it looks at each byte at most
+// once, through a small JSON state machine (skipping the bodies of strings
+// and what lies below the top level by searches), and keeps only the bytes
+// of a top-level "usage" object (at most maxUsageBytes), so its memory is
+// bounded whatever the backend sends, and malformed input only means no
+// usage is found.
 package usage
 
 import (

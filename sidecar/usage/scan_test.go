@@ -240,6 +240,10 @@ func TestQuoteOrBackslash(t *testing.T) {
 	for in, want := range map[string]int{
 		``: -1, `abc`: -1, `"`: 0, `\`: 0, `ab"c\`: 2, `ab\c"`: 2, `\"`: 0, `"\`: 0,
 		strings.Repeat("x", 100) + `\` + `"`: 100,
+		// Past the plain loop's first 16 bytes, the vectorised searches.
+		strings.Repeat("x", 16): -1, strings.Repeat("x", 20): -1,
+		strings.Repeat("x", 20) + `"`: 20, strings.Repeat("x", 16) + `\`: 16,
+		strings.Repeat("x", 15) + `"`: 15, strings.Repeat("x", 30) + `"\`: 30,
 	} {
 		if got := quoteOrBackslash([]byte(in)); got != want {
 			t.Errorf("quoteOrBackslash(%q) = %d, want %d", in, got, want)
