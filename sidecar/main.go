@@ -90,7 +90,8 @@ func run() error {
 	}
 	// Unless GOMAXPROCS is set, one thread while one keeps up (package threads).
 	adaptive := os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > 1
-	// Unless GOGC is set, a heap goal of at least 32 MiB (package gcfloor).
+	// Unless GOGC is set, a heap goal with room for 500 ms of allocation,
+	// at most 32 MiB (package gcfloor).
 	gcFloor := os.Getenv("GOGC") == ""
 	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "adaptive", adaptive, "gcFloor", gcFloor, "gomemlimit", debug.SetMemoryLimit(-1), "godebug", os.Getenv("GODEBUG"))
 	// The pod's identity, from the downward API; the only place that reads it.

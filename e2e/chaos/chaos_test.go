@@ -945,7 +945,7 @@ func checkFlat(t *testing.T, ch Churn) {
 	// bound (a leak of a few hundred bytes a session would double it over
 	// the soak's million; the margin absorbs the garbage collector's
 	// timing: heap in use counts the garbage not yet collected, which the
-	// sidecar's heap floor lets grow to 32 MiB before a collection,
+	// sidecar's heap floor lets grow up to 32 MiB before a collection,
 	// gcfloor.DefaultFloor).
 	for _, s := range ch.Samples {
 		if s.Bindings >= float64(ch.MaxEntries) {

@@ -34,7 +34,7 @@ const (
 	// RuntimeReserveBytes is the part of the Go memory limit kept for
 	// everything but bindings: the runtime, goroutine stacks, connection
 	// buffers, informer caches, the garbage a small heap may gather
-	// before it is collected (a heap goal of at least 32 MiB, package
+	// before it is collected (a heap goal of up to 32 MiB, package
 	// gcfloor), and request bodies in flight (read, up to
 	// proxy.maxRequestBodyBytes = 32 MiB each, before forwarding; a long
 	// prompt is well under 1 MiB, so this covers one body at the maximum

@@ -1,25 +1,34 @@
-// Package gcfloor keeps the garbage collector from running every few
-// megabytes while the sidecar's heap is small.
+// Package gcfloor keeps the garbage collector from running many times a
+// second while the sidecar's heap is small, without holding a large heap
+// where that costs more than it saves.
 //
 // Why: with GOGC=100 the next collection starts when the heap has grown by
 // its live size, and a sidecar without many bindings lives in 2–4 MiB, so
-// at 2,000–5,000 requests/s (about 15 KB allocated per request) it
-// collected four to five times a second (`GODEBUG=gctrace=1` under `bench
-// hop`), each time stopping the world twice (0.7–1.1 ms on average on a
-// loaded two-core VM) and running a mark worker beside the requests for
-// several milliseconds. Marking costs the live heap, not the garbage, so
-// a larger goal makes collections rarer at about the same cost each: with
-// the floor, 1.3 a second at 5,000 requests/s, and 2–6% less CPU per
-// request in five side-by-side runs (README "Threads"), for about 25 MB
-// more resident memory.
+// at 5,000 requests/s (about 4.7 KB allocated per request) it would
+// collect several times a second, each time stopping the world twice and
+// running a mark worker beside the requests. Marking costs the live heap,
+// not the garbage, so a larger goal makes collections rarer at about the
+// same cost each.
 //
-// So after every collection Run sets GOGC so that the next goal is at
-// least Floor bytes: GOGC = max(Percent, 100 × (Floor − live) / live),
-// at most 800 for the default floor of 32 MiB (see func Percent). When the
-// live heap is past Floor (a store holding many bindings) GOGC is Percent,
-// Go's proportional rule unchanged. The Go memory limit (GOMEMLIMIT) still
-// bounds the heap: a heap near it is collected at the limit, whatever
-// GOGC says.
+// A larger goal is not free, though, even in CPU: every allocation takes
+// memory the heap has not touched since the collection before, and a
+// heap that cycles through 32 MiB in four seconds allocates, most likely,
+// from memory the CPU's caches have let go, where one of 5 MiB allocates
+// from memory still in them. At 1,000 requests/s a fixed 32 MiB floor cost
+// 13–15% more CPU per request than Go's default; at 5,000 it saved a
+// few percent (README "Threads").
+//
+// So after every collection Run measures how fast the heap was allocated
+// since the one before and sets GOGC so that the next goal leaves room
+// for Interval of that (500 ms: about two collections a second), and no
+// more: GOGC = max(Percent, 100 × (goal − live) / live) with goal =
+// min(Floor, live + rate × Interval). At 1,000 requests/s that room is
+// under what Go's rule leaves, and GOGC stays at Percent (a 5.5 MiB goal
+// under `bench hop`); at 5,000 the goal is about 17 MiB; it never exceeds
+// Floor (32 MiB). When the live heap is past the goal (a store holding
+// many bindings) GOGC is Percent, Go's proportional rule unchanged. The
+// Go memory limit (GOMEMLIMIT) still bounds the heap: a heap near it is
+// collected at the limit, whatever GOGC says.
 package gcfloor
 
 import (
@@ -29,14 +38,16 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Defaults of Options.
 const (
-	DefaultFloor   = 32 << 20
-	DefaultPercent = 100
+	DefaultFloor    = 32 << 20
+	DefaultInterval = 500 * time.Millisecond
+	DefaultPercent  = 100
 )
 
 // runtimeHeapMinimum is the Go runtime's smallest heap goal at GOGC=100
@@ -46,16 +57,22 @@ const runtimeHeapMinimum = 4 << 20
 
 // Options configure Run. Zero values take the defaults.
 type Options struct {
-	// Floor is the smallest heap goal, in bytes.
+	// Floor is the highest the heap goal is raised to, in bytes.
 	Floor uint64
-	// Percent is GOGC once the live heap is past Floor.
+	// Interval is the time between collections the goal leaves room
+	// for, at the rate the heap was allocated in the last cycle.
+	Interval time.Duration
+	// Percent is GOGC once the live heap is past the goal.
 	Percent int
 
 	// Live returns the live heap after the last collection (the
-	// runtime's /gc/heap/live:bytes); Set sets GOGC
-	// (debug.SetGCPercent). Tests replace them.
-	Live func() uint64
-	Set  func(percent int)
+	// runtime's /gc/heap/live:bytes), Allocated the bytes allocated
+	// since the process started (/gc/heap/allocs:bytes), Now the time;
+	// Set sets GOGC (debug.SetGCPercent). Tests replace them.
+	Live      func() uint64
+	Allocated func() uint64
+	Now       func() time.Time
+	Set       func(percent int)
 
 	// Registerer takes tether_gc_percent; nil registers nothing.
 	Registerer prometheus.Registerer
@@ -66,11 +83,20 @@ func (o *Options) defaults() {
 	if o.Floor == 0 {
 		o.Floor = DefaultFloor
 	}
+	if o.Interval <= 0 {
+		o.Interval = DefaultInterval
+	}
 	if o.Percent <= 0 {
 		o.Percent = DefaultPercent
 	}
 	if o.Live == nil {
 		o.Live = LiveHeap
+	}
+	if o.Allocated == nil {
+		o.Allocated = Allocated
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.Set == nil {
 		o.Set = func(p int) { debug.SetGCPercent(p) }
@@ -78,6 +104,17 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+}
+
+// Goal is the heap goal that leaves room, above live bytes, for interval
+// at the rate allocated bytes took since (the last cycle), at most
+// floor; 0 when since is not a time.
+func Goal(live, allocated uint64, since, interval time.Duration, floor uint64) uint64 {
+	if since <= 0 {
+		return 0
+	}
+	room := float64(allocated) * float64(interval) / float64(since)
+	return uint64(min(float64(floor), float64(live)+room))
 }
 
 // Percent is the smallest GOGC, at least base, that makes the heap goal
@@ -93,8 +130,14 @@ func Percent(live, floor uint64, base int) int {
 }
 
 // LiveHeap is the heap marked live by the last collection.
-func LiveHeap() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+func LiveHeap() uint64 { return readUint64("/gc/heap/live:bytes") }
+
+// Allocated is the bytes the heap has allocated since the process
+// started.
+func Allocated() uint64 { return readUint64("/gc/heap/allocs:bytes") }
+
+func readUint64(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
 		return 0
@@ -108,7 +151,7 @@ func Run(ctx context.Context, o Options) {
 	o.defaults()
 	gauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tether_gc_percent",
-		Help: "GOGC in effect: raised while the live heap is small so that the heap goal stays at least the floor (32 MiB), 100 once the heap is past it.",
+		Help: "GOGC in effect: raised while the live heap is small so that the heap goal leaves room for 500 ms of allocation at the last cycle's rate (at most 32 MiB); 100 when Go's rule leaves that room already.",
 	})
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(gauge)
@@ -123,15 +166,19 @@ func Run(ctx context.Context, o Options) {
 		current = p
 	}
 	defer set(o.Percent)
-	set(Percent(o.Live(), o.Floor, o.Percent))
+	set(o.Percent)
 	collected, disarm := afterEachGC()
 	defer disarm()
+	at, allocated := o.Now(), o.Allocated()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-collected:
-			set(Percent(o.Live(), o.Floor, o.Percent))
+			now, total := o.Now(), o.Allocated()
+			live := o.Live()
+			set(Percent(live, Goal(live, total-allocated, now.Sub(at), o.Interval, o.Floor), o.Percent))
+			at, allocated = now, total
 		}
 	}
 }
