@@ -118,13 +118,13 @@ func Goal(live, allocated uint64, since, interval time.Duration, floor uint64) u
 }
 
 // Percent is the smallest GOGC, at least base, that makes the heap goal
-// after a collection that left live bytes at least floor. The runtime's
+// after a collection that left live bytes at least goal. The runtime's
 // goal is the larger of live × (1 + GOGC/100) and 4 MiB × GOGC/100, so
-// GOGC never needs to exceed 100 × floor / 4 MiB (800 for 32 MiB).
-func Percent(live, floor uint64, base int) int {
-	need := math.Ceil(100 * float64(floor) / runtimeHeapMinimum)
+// GOGC never needs to exceed 100 × goal / 4 MiB (800 for 32 MiB).
+func Percent(live, goal uint64, base int) int {
+	need := math.Ceil(100 * float64(goal) / runtimeHeapMinimum)
 	if live > 0 {
-		need = min(need, math.Ceil(100*(float64(floor)-float64(live))/float64(live)))
+		need = min(need, math.Ceil(100*(float64(goal)-float64(live))/float64(live)))
 	}
 	return max(base, int(need))
 }
