@@ -211,9 +211,15 @@ func TestScenario12ModelServer(t *testing.T) {
 		}
 		return nil
 	})
-	if !r.logged("ModelServer not found: the pool answers 503 until it exists again") {
-		t.Fatalf("no log line for the deletion:\n%s", r.Tail(20))
-	}
+	// The sidecar logs the line before it answers the first 503, but the
+	// harness copies the sidecar's output on a goroutine of its own (the
+	// pipe os/exec reads into the buffer): wait for that copy.
+	testkit.Eventually(t, 5*time.Second, "the log line for the deletion", func() error {
+		if !r.logged("ModelServer not found: the pool answers 503 until it exists again") {
+			return fmt.Errorf("not in the sidecar's output:\n%s", r.Tail(20))
+		}
+		return nil
+	})
 	if v := r.metric("tether_model_server_available", "pool", "chat"); v != 0 {
 		t.Fatalf("tether_model_server_available = %v after the deletion, want 0", v)
 	}
