@@ -33,6 +33,7 @@ package gcfloor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"runtime"
@@ -151,7 +152,7 @@ func Run(ctx context.Context, o Options) {
 	o.defaults()
 	gauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tether_gc_percent",
-		Help: "GOGC in effect: raised while the live heap is small so that the heap goal leaves room for 500 ms of allocation at the last cycle's rate (at most 32 MiB); 100 when Go's rule leaves that room already.",
+		Help: fmt.Sprintf("GOGC in effect: raised while the live heap is small so that the heap goal leaves room for %s of allocation at the last cycle's rate (at most %d MiB); %d when Go's rule leaves that room already.", o.Interval, o.Floor>>20, o.Percent),
 	})
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(gauge)
