@@ -115,8 +115,10 @@ type Point struct {
 	// requests over the measured part; AuxCPUPer1k that of what it needs
 	// besides (redis-server, the other ring members).
 	CPUPer1k, AuxCPUPer1k time.Duration
-	PeakRSS               int64   // the proxy's VmHWM after this point, bytes
-	Stalls                *Stalls // with Options.StallsOver
+	// SysCPUPer1k is the part of CPUPer1k spent in the kernel (stime).
+	SysCPUPer1k time.Duration
+	PeakRSS     int64   // the proxy's VmHWM after this point, bytes
+	Stalls      *Stalls // with Options.StallsOver
 	// Threads: what the thread controller did (with Options.Threads; nil
 	// for other proxies and for a sidecar on a fixed count).
 	Threads *Threads
@@ -240,13 +242,13 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 	}
 	c := newClient(t, backends, o.Sessions, mode)
 	defer c.close()
-	var cpu0, aux0 time.Duration
-	usage := func() (proxy, aux time.Duration) {
+	var cpu0, aux0 procs.Usage
+	usage := func() (proxy, aux procs.Usage) {
 		if t.proc != nil {
-			proxy = t.proc.Usage().CPU
+			proxy = t.proc.Usage()
 		}
 		for _, p := range t.aux {
-			aux += p.Usage().CPU
+			aux.CPU += p.Usage().CPU
 		}
 		return
 	}
@@ -280,8 +282,9 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		p.Stalls, res.Samples = &s, nil
 	}
 	if res.Sent > 0 {
-		p.CPUPer1k = (cpu1 - cpu0) * 1000 / time.Duration(res.Sent)
-		p.AuxCPUPer1k = (aux1 - aux0) * 1000 / time.Duration(res.Sent)
+		per1k := func(d time.Duration) time.Duration { return d * 1000 / time.Duration(res.Sent) }
+		p.CPUPer1k, p.SysCPUPer1k = per1k(cpu1.CPU-cpu0.CPU), per1k(cpu1.System-cpu0.System)
+		p.AuxCPUPer1k = per1k(aux1.CPU - aux0.CPU)
 	}
 	if t.proc != nil {
 		p.PeakRSS = t.proc.Usage().PeakRSS

@@ -16,8 +16,8 @@ import (
 
 // Spread returns, per mode and rate, each proxy's ratios to HAProxy's
 // figures over runs (every run compared within itself): the median and
-// the range of CPU per request, p99 and p99.9, and of the p99 added over
-// direct's. Proxies missing from a run, or runs without HAProxy, are
+// the range of CPU per request, its parts in user space and in the kernel,
+// p99 and p99.9, and of the p99 added over direct's. Proxies missing from a run, or runs without HAProxy, are
 // left out of that row.
 func Spread(runs []*Results) []*table.Table {
 	if len(runs) == 0 {
@@ -28,12 +28,12 @@ func Spread(runs []*Results) []*table.Table {
 	for _, mode := range o.Modes {
 		for _, rate := range o.rates(mode) {
 			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered: over %d runs, median (lowest–highest) of each run's own ratios", mode, rate, len(runs)),
-				Head: []string{"proxy", "runs", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "added p99 ms", "HAProxy's added p99 ms"}}
+				Head: []string{"proxy", "runs", "CPU ×HAProxy", "user ×HAProxy", "kernel ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "added p99 ms", "HAProxy's added p99 ms"}}
 			for _, name := range o.Proxies {
 				if name == Direct || name == HAProxy {
 					continue
 				}
-				var cpu, p99, p999, added, hAdded []float64
+				var cpu, user, kernel, p99, p999, added, hAdded []float64
 				for _, r := range runs {
 					p, h := r.Point(name, mode, rate), r.Point(HAProxy, mode, rate)
 					c, q99, q999, ok := against(p, h)
@@ -41,6 +41,9 @@ func Spread(runs []*Results) []*table.Table {
 						continue
 					}
 					cpu, p99, p999 = append(cpu, c), append(p99, q99), append(p999, q999)
+					if u, k, ok := cpuParts(p, h); ok {
+						user, kernel = append(user, u), append(kernel, k)
+					}
 					if a, ok := r.Added(p, 0.99); ok {
 						added = append(added, float64(a)/1e6)
 					}
@@ -53,7 +56,8 @@ func Spread(runs []*Results) []*table.Table {
 				}
 				ratio := func(v float64) string { return Ratio(v, 1) }
 				ms := func(v float64) string { return fmt.Sprintf("%.2f", v) }
-				t.Add(Labels[name], fmt.Sprint(len(cpu)), spread(cpu, ratio), spread(p99, ratio), spread(p999, ratio),
+				t.Add(Labels[name], fmt.Sprint(len(cpu)), spread(cpu, ratio), spread(user, ratio), spread(kernel, ratio),
+					spread(p99, ratio), spread(p999, ratio),
 					spread(added, ms), spread(hAdded, ms))
 			}
 			if len(t.Rows) > 0 {
@@ -72,6 +76,17 @@ func against(p, ref *Point) (cpu, p99, p999 float64, ok bool) {
 	}
 	q := func(pt *Point, at float64) float64 { return float64(pt.Res.Latency.Quantile(at)) }
 	return float64(p.CPUPer1k) / float64(ref.CPUPer1k), q(p, 0.99) / q(ref, 0.99), q(p, 0.999) / q(ref, 0.999), true
+}
+
+// cpuParts is p's CPU per request in user space and in the kernel, each
+// over ref's; false when ref has no time in either (a point too short for
+// the kernel's tick to split).
+func cpuParts(p, ref *Point) (user, kernel float64, ok bool) {
+	refUser := ref.CPUPer1k - ref.SysCPUPer1k
+	if refUser <= 0 || ref.SysCPUPer1k <= 0 {
+		return 0, 0, false
+	}
+	return float64(p.CPUPer1k-p.SysCPUPer1k) / float64(refUser), float64(p.SysCPUPer1k) / float64(ref.SysCPUPer1k), true
 }
 
 // spread formats the median and range of vs: "1.23× (1.10×–1.40×)".

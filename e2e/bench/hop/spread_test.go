@@ -11,14 +11,18 @@ import (
 )
 
 // spreadRun makes one run's results at 2,000 req/s: direct, HAProxy and tether
-// with every latency at the given p99 and the given CPU per 1,000.
+// with every latency at the given p99 and the given CPU per 1,000. Half
+// of HAProxy's CPU is in the kernel, and tether spends as much there as
+// HAProxy does: the rest of tether's is in user space.
 func spreadRun(directP99, haproxyP99, tetherP99 time.Duration, haproxyCPU, tetherCPU time.Duration) *Results {
+	tether := point(Tether, tetherP99, tetherCPU)
+	tether.SysCPUPer1k = haproxyCPU / 2
 	return &Results{
 		Opts: Options{Proxies: []string{Direct, HAProxy, Tether}, Modes: []Mode{NonStreaming}, Rates: []float64{2000}},
 		Points: []Point{
 			point(Direct, directP99, 0),
 			point(HAProxy, haproxyP99, haproxyCPU),
-			point(Tether, tetherP99, tetherCPU),
+			tether,
 		},
 	}
 }
@@ -30,22 +34,22 @@ func point(proxy string, lat, cpu time.Duration) Point {
 	for range 100 {
 		r.Latency.Record(lat)
 	}
-	return Point{Proxy: proxy, Mode: NonStreaming, Rate: 2000, Res: r, CPUPer1k: cpu}
+	return Point{Proxy: proxy, Mode: NonStreaming, Rate: 2000, Res: r, CPUPer1k: cpu, SysCPUPer1k: cpu / 2}
 }
 
 func TestSpreadTakesEachRunsOwnRatios(t *testing.T) {
 	ms := time.Millisecond
 	runs := []*Results{
-		spreadRun(1*ms, 2*ms, 4*ms, 100*ms, 150*ms),  // p99 2×, CPU 1.5×, added 3 ms
-		spreadRun(5*ms, 10*ms, 5*ms, 100*ms, 130*ms), // p99 0.5×, CPU 1.3×, added 0
-		spreadRun(1*ms, 2*ms, 2*ms, 80*ms, 112*ms),   // p99 1×, CPU 1.4×, added 1 ms
+		spreadRun(1*ms, 2*ms, 4*ms, 100*ms, 150*ms),  // p99 2×, CPU 1.5× (user 2×), added 3 ms
+		spreadRun(5*ms, 10*ms, 5*ms, 100*ms, 130*ms), // p99 0.5×, CPU 1.3× (user 1.6×), added 0
+		spreadRun(1*ms, 2*ms, 2*ms, 80*ms, 112*ms),   // p99 1×, CPU 1.4× (user 1.8×), added 1 ms
 	}
 	tables := Spread(runs)
 	if len(tables) != 1 || len(tables[0].Rows) != 1 {
 		t.Fatalf("want one table with tether's row, got %d tables", len(tables))
 	}
 	row := tables[0].Rows[0]
-	want := []string{Labels[Tether], "3", "1.40× (1.30×–1.50×)", "1.00× (0.50×–2.00×)", "1.00× (0.50×–2.00×)", "1.00 (0.00–3.00)", "1.00 (1.00–5.00)"}
+	want := []string{Labels[Tether], "3", "1.40× (1.30×–1.50×)", "1.80× (1.60×–2.00×)", "1.00× (1.00×–1.00×)", "1.00× (0.50×–2.00×)", "1.00× (0.50×–2.00×)", "1.00 (0.00–3.00)", "1.00 (1.00–5.00)"}
 	// Every latency of a point is the same value, which the histogram
 	// gives back exactly (its quantile is capped by the largest value).
 	for i := range want {
