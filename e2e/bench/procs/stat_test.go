@@ -1,0 +1,95 @@
+package procs
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// burnEnv makes the test binary, run as a child, burn CPU the way its
+// value says and then wait to be killed, so its /proc entry stays
+// readable: "user" computes, "kernel" maps and unmaps a populated
+// megabyte (the kernel allocates and clears its pages; no byte of it is
+// touched in user space, where the race detector would add its own work).
+const burnEnv = "PROCS_TEST_BURN"
+
+// burnFor is how much CPU a burning child spends.
+const burnFor = 300 * time.Millisecond
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(burnEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "user":
+		x := uint64(1)
+		for start := time.Now(); time.Since(start) < burnFor; {
+			for range 1 << 16 {
+				x = x*6364136223846793005 + 1442695040888963407
+			}
+		}
+		if x == 0 {
+			os.Exit(2) // keeps the loop from being optimized away
+		}
+	case "kernel":
+		for start := time.Now(); time.Since(start) < burnFor; {
+			b, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_READ|syscall.PROT_WRITE,
+				syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|syscall.MAP_POPULATE)
+			if err != nil {
+				os.Exit(2)
+			}
+			if err := syscall.Munmap(b); err != nil {
+				os.Exit(2)
+			}
+		}
+	}
+	time.Sleep(time.Minute)
+	os.Exit(0)
+}
+
+// burnt starts a child burning the given way and returns its usage once
+// it has spent most of burnFor.
+func burnt(t *testing.T, how string) Usage {
+	t.Helper()
+	e, err := NewEnv(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.StartEnv("burn-"+how, self, []string{burnEnv + "=" + how})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		u := p.Usage()
+		if u.CPU >= burnFor*2/3 {
+			time.Sleep(100 * time.Millisecond) // the rest of its burn, then the sleep
+			return p.Usage()
+		}
+		if err := p.Exited(); err != nil {
+			t.Fatalf("the %s child exited: %v", how, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the %s child spent %v of CPU in 20 s, want %v", how, u.CPU, burnFor*2/3)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestUsageSplitsUserSpaceAndKernel(t *testing.T) {
+	user, kernel := burnt(t, "user"), burnt(t, "kernel")
+	if user.System < 0 || user.System > user.CPU/4 {
+		t.Errorf("a child computing: %v of its %v CPU in the kernel, want under a quarter", user.System, user.CPU)
+	}
+	if kernel.System < kernel.CPU/2 || kernel.System > kernel.CPU {
+		t.Errorf("a child mapping memory: %v of its %v CPU in the kernel, want over half", kernel.System, kernel.CPU)
+	}
+	if user.PeakRSS <= 0 || kernel.PeakRSS < 1<<20 {
+		t.Errorf("peak RSS %d and %d bytes, want some, and the populated megabyte's in the second", user.PeakRSS, kernel.PeakRSS)
+	}
+}
