@@ -16,9 +16,9 @@ import (
 
 // Spread returns, per mode and rate, each proxy's ratios to HAProxy's
 // figures over runs (every run compared within itself): the median and
-// the range of CPU per request, its parts in user space and in the kernel,
-// p99 and p99.9, and of the p99 added over direct's. Proxies missing from a run, or runs without HAProxy, are
-// left out of that row.
+// the range of CPU per request, of its parts in user space and in the
+// kernel, of p99 and p99.9, and of the p99 added over direct's. Proxies
+// missing from a run, or runs without HAProxy, are left out of that row.
 func Spread(runs []*Results) []*table.Table {
 	if len(runs) == 0 {
 		return nil
@@ -79,8 +79,8 @@ func against(p, ref *Point) (cpu, p99, p999 float64, ok bool) {
 }
 
 // cpuParts is p's CPU per request in user space and in the kernel, each
-// over ref's; false when ref has no time in either (a point too short for
-// the kernel's tick to split).
+// over ref's; false when ref has no time in one of them (a point too
+// short for the kernel's tick to split).
 func cpuParts(p, ref *Point) (user, kernel float64, ok bool) {
 	refUser := ref.CPUPer1k - ref.SysCPUPer1k
 	if refUser <= 0 || ref.SysCPUPer1k <= 0 {

@@ -16,10 +16,10 @@ const clockTick = 10 * time.Millisecond
 type Usage struct {
 	CPU time.Duration // utime+stime of the process and its descendants
 	// System is the part of CPU spent in the kernel (stime): system
-	// calls, and the socket work and wake-ups they do. The kernel splits
+	// calls, and the socket work and wake-ups they do. The kernel divides
 	// a process's exact run time between the two by its timer tick's
-	// samples, so over a point of seconds the split is a few percent
-	// exact.
+	// samples, taken over the process's whole life, so the split of a
+	// few seconds of it is rough: compare it over several runs.
 	System  time.Duration
 	PeakRSS int64 // VmHWM summed over them, bytes
 }
