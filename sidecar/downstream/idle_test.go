@@ -13,17 +13,16 @@ import (
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
-// waitLent waits until bufpool lends want buffers (the connection's
+// waitNoneLent waits until bufpool lends no buffer (a connection's
 // goroutine gives them back after the response has reached the client).
-func waitLent(t *testing.T, want int64) {
+func waitNoneLent(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for bufpool.Lent() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d buffers lent, want %d", bufpool.Lent(), want)
+	testkit.Eventually(t, 5*time.Second, "no buffer lent", func() error {
+		if n := bufpool.Lent(); n != 0 {
+			return fmt.Errorf("%d buffers lent, want 0", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A connection holds a buffer only while it holds, or is about to hold,
@@ -36,7 +35,7 @@ func TestAConnectionHoldsBuffersOnlyWhileTheyHoldBytes(t *testing.T) {
 	// Earlier tests' connections may still be giving their buffers back
 	// (their goroutines end after their servers have closed): start from
 	// none lent, not from whatever was lent as this test began.
-	waitLent(t, 0)
+	waitNoneLent(t)
 	lent := testkit.LentSince(t)
 	inCut := make(chan struct{})
 	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -65,22 +64,22 @@ func TestAConnectionHoldsBuffersOnlyWhileTheyHoldBytes(t *testing.T) {
 	})})
 	c, br := dial(t, addr)
 	// A new connection that has not sent a byte holds none.
-	waitLent(t, 0)
+	waitNoneLent(t)
 	io.WriteString(c, "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
 	if _, body := readBody(t, br); body != "event 1event 2" {
 		t.Fatalf("body %q", body)
 	}
-	waitLent(t, 0)
+	waitNoneLent(t)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	if _, body := readBody(t, br); body != "got" {
 		t.Fatalf("body %q", body)
 	}
-	waitLent(t, 0)
+	waitNoneLent(t)
 	// And a connection closed mid-request gives back what it held.
 	io.WriteString(c, "POST /cut HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\na")
 	<-inCut
 	c.Close()
-	waitLent(t, 0)
+	waitNoneLent(t)
 }
 
 // A request that reached the socket after the last one was read, but

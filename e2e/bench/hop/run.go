@@ -286,9 +286,7 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		p.CPUPer1k, p.SysCPUPer1k = per1k(cpu1.CPU-cpu0.CPU), per1k(cpu1.System-cpu0.System)
 		p.AuxCPUPer1k = per1k(aux1.CPU - aux0.CPU)
 	}
-	if t.proc != nil {
-		p.PeakRSS = t.proc.Usage().PeakRSS
-	}
+	p.PeakRSS = cpu1.PeakRSS // the high-water mark, read with the CPU time
 	return p, ctx.Err()
 }
 

@@ -1,10 +1,13 @@
 package procs
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // burnEnv makes the test binary, run as a child, burn CPU the way its
@@ -75,20 +78,14 @@ func burnt(t *testing.T, how string) Usage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		u := p.Usage()
-		if u.CPU >= burnFor*9/10 {
-			return u
+	var u Usage
+	testkit.Eventually(t, 20*time.Second, "the "+how+" child's burn", func() error {
+		if u = p.Usage(); u.CPU < burnFor*9/10 {
+			return fmt.Errorf("it spent %v of CPU, want %v (exited: %v)", u.CPU, burnFor*9/10, p.Exited())
 		}
-		if err := p.Exited(); err != nil {
-			t.Fatalf("the %s child exited: %v", how, err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the %s child spent %v of CPU in 20 s, want %v", how, u.CPU, burnFor*9/10)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return u
 }
 
 func TestUsageSplitsUserSpaceAndKernel(t *testing.T) {
