@@ -95,13 +95,13 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 func hopMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("hop", flag.ExitOnError)
 	bin := fs.String("bin", "bin", "directory with tether-sidecar and modelsim")
-	runs := fs.Int("runs", 1, "repeat the whole measurement this many times, each with fresh processes and every other one in the opposite order, and end with each proxy's median and range of its runs' own ratios to HAProxy, and tether's to "+hop.TetherBaseline+"'s when both ran (one run's p99 is a few bursts deep: README \"How much one run decides\")")
+	runs := fs.Int("runs", 1, "repeat the whole measurement this many times, each with fresh processes and every other one in the opposite order, and end with each proxy's median and range of its runs' own ratios to HAProxy, and tether's to "+hop.TetherBaseline+"'s when both ran (one run's p99 is a few bursts deep: docs/hop-cost.md \"How much one run decides\")")
 	var h hopFlags
 	h.register(fs, hopDefaults)
 	// bench hop's own, as -runs: bench all's report has no place for it.
 	fs.BoolVar(&h.threads, "threads", false, "a table of the time each tether sidecar ran on one thread and on its full count, and its changes, during each point (README \"Threads\"; the counters are read on the sidecar's admin listener as the point begins and ends)")
-	fs.DurationVar(&h.pause, "pause", 0, "if set, stop each proxy (SIGSTOP) for this long a fifth into every point's measured part, then let it go on: how it comes back from the backlog (README \"Falling behind, and coming back\"); direct is not paused")
-	fs.DurationVar(&h.stalls, "stalls", 0, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (README \"Where the tail comes from\")")
+	fs.DurationVar(&h.pause, "pause", 0, "if set, stop each proxy (SIGSTOP) for this long a fifth into every point's measured part, then let it go on: how it comes back from the backlog (docs/hop-cost.md \"Falling behind, and coming back\"); direct is not paused")
+	fs.DurationVar(&h.stalls, "stalls", 0, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (docs/hop-cost.md \"Where the tail comes from\")")
 	_ = fs.Parse(args)
 	if *runs < 1 {
 		return fmt.Errorf("-runs: %d, want 1 or more", *runs)

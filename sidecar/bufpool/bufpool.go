@@ -11,7 +11,7 @@
 // sidecar stopped for half a second, thousands of requests arriving at
 // once) that was most of a sidecar's memory; HAProxy, which holds
 // buffers only while data is in them, served the same backlog in a
-// tenth of it (README "Falling behind, and coming back"). Lent instead,
+// tenth of it (docs/hop-cost.md "Falling behind, and coming back"). Lent instead,
 // the buffers out follow the bytes in transit.
 package bufpool
 

@@ -16,7 +16,7 @@
 // from memory the CPU's caches have let go, where one of 5 MiB allocates
 // from memory still in them. At 1,000 requests/s a fixed 32 MiB floor cost
 // 13–15% more CPU per request than Go's default; at 5,000 it saved a
-// few percent (README "Threads").
+// few percent (docs/hop-cost.md "The heap floor, measured").
 //
 // So after every collection Run measures how fast the heap was allocated
 // since the one before and sets GOGC so that the next goal leaves room

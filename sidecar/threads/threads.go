@@ -21,8 +21,9 @@
 // one because a single busy tick is no load: a garbage collection's mark
 // phase, a metrics scrape or a few requests arriving together fill 10 ms
 // of one thread now and then at loads one thread serves with a lower
-// tail than two (README "Threads": at 2,000 requests/s a one-tick Up kept
-// two threads for good, at about 15% more CPU per request).
+// tail than two (docs/hop-cost.md "The thread rule, measured": at 2,000
+// requests/s a one-tick Up kept two threads for good, at about 15% more
+// CPU per request).
 //
 // While the sidecar is near idle (one thread, the last reading under Idle
 // of a core) it reads every IdleTick instead: the 10 ms tick was 100

@@ -56,7 +56,7 @@ type Options struct {
 	// -runs` sets it on every other run, so that over the runs each
 	// proxy is measured as often early as late in a point's sequence (a
 	// slot of its own reads a few percent differently on this machine;
-	// README "How much one run decides").
+	// docs/hop-cost.md "How much one run decides").
 	Reversed bool
 	// Step is called before every measurement (progress reporting).
 	Step func(what string)
