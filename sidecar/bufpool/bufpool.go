@@ -11,8 +11,8 @@
 // sidecar stopped for half a second, thousands of requests arriving at
 // once) that was most of a sidecar's memory; HAProxy, which holds
 // buffers only while data is in them, served the same backlog in a
-// tenth of it (docs/hop-cost.md "Falling behind, and coming back"). Lent instead,
-// the buffers out follow the bytes in transit.
+// tenth of it (docs/hop-cost.md "Falling behind, and coming back").
+// Lent instead, the buffers out follow the bytes in transit.
 package bufpool
 
 import (

@@ -265,9 +265,9 @@ func (s *Server) Listen() error {
 // no TCP keep-alive probes, which Go turns on by default at the cost of
 // four setsockopt(2) calls per accepted connection (6–7% of a sidecar's
 // CPU in a burst of new connections, docs/hop-cost.md "Falling behind,
-// and coming back"): a peer on loopback cannot vanish without the kernel closing
-// its side, and every listener's idle timeout closes an idle connection
-// long before probes would give up on it. Elsewhere (a listener on the
+// and coming back"): a peer on loopback cannot vanish without the kernel
+// closing its side, and every listener's idle timeout closes an idle
+// connection long before probes would give up on it. Elsewhere (a listener on the
 // pod's address) Go's default stays.
 func (l *listener) listen() (err error) {
 	var lc net.ListenConfig

@@ -18,8 +18,9 @@ type signaler interface {
 // d later, on a goroutine of its own: a stop of the proxy made on
 // purpose, so that every proxy meets the same backlog and how it comes
 // back can be compared (bench hop -pause; docs/hop-cost.md "Falling
-// behind, and coming back"). The returned wait returns once p runs again; a ctx
-// that ends meanwhile cuts the pause short but never leaves p stopped.
+// behind, and coming back"). The returned wait returns once p runs
+// again; a ctx that ends meanwhile cuts the pause short but never leaves
+// p stopped.
 func pause(ctx context.Context, p signaler, after, d time.Duration) (wait func()) {
 	done := make(chan struct{})
 	go func() {

@@ -9,7 +9,8 @@ import (
 
 // One run's p99 on this machine is a few bursts deep: the same binary
 // measured twice in one run differed by 0.5–4× at p99 (docs/hop-cost.md
-// "How much one run decides"), while CPU per request agreed within a few percent.
+// "How much one run decides"), while CPU per request agreed within a few
+// percent.
 // A target on the tail is decided over several runs, each compared
 // within itself: Spread puts the same-run ratios of several runs side by
 // side, as their median and range.

@@ -16,8 +16,8 @@ const BurstSize = 3
 // on its own, or together, each due before the slow one before it had
 // been answered, as when the proxy, a backend or the client stops for a
 // few milliseconds and every request of those milliseconds waits it out
-// (docs/hop-cost.md "Where the tail comes from"). A p99 counts them alike; which it
-// is decides where to look.
+// (docs/hop-cost.md "Where the tail comes from"). A p99 counts them
+// alike; which it is decides where to look.
 type Stalls struct {
 	Slow     int // requests over the threshold (Options.StallsOver)
 	Episodes int // slow requests grouped as above (one alone is an episode of one)
