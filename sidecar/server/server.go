@@ -267,8 +267,8 @@ func (s *Server) Listen() error {
 // CPU in a burst of new connections, docs/hop-cost.md "Falling behind,
 // and coming back"): a peer on loopback cannot vanish without the kernel
 // closing its side, and every listener's idle timeout closes an idle
-// connection long before probes would give up on it. Elsewhere (a listener on the
-// pod's address) Go's default stays.
+// connection long before probes would give up on it. Elsewhere (a
+// listener on the pod's address) Go's default stays.
 func (l *listener) listen() (err error) {
 	var lc net.ListenConfig
 	if config.IsLoopback(l.addr) {
