@@ -283,8 +283,9 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 	}
 	if res.Sent > 0 {
 		per1k := func(d time.Duration) time.Duration { return d * 1000 / time.Duration(res.Sent) }
-		p.CPUPer1k, p.SysCPUPer1k = per1k(cpu1.CPU-cpu0.CPU), per1k(cpu1.System-cpu0.System)
-		p.AuxCPUPer1k = per1k(aux1.CPU - aux0.CPU)
+		spent := cpu1.Since(cpu0)
+		p.CPUPer1k, p.SysCPUPer1k = per1k(spent.CPU), per1k(spent.System)
+		p.AuxCPUPer1k = per1k(aux1.Since(aux0).CPU)
 	}
 	p.PeakRSS = cpu1.PeakRSS // the high-water mark, read with the CPU time
 	return p, ctx.Err()

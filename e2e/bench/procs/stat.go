@@ -24,6 +24,12 @@ type Usage struct {
 	PeakRSS int64 // VmHWM summed over them, bytes
 }
 
+// Since is the CPU time spent between an earlier reading and u, with u's
+// peak resident memory (a high-water mark has no difference).
+func (u Usage) Since(earlier Usage) Usage {
+	return Usage{CPU: u.CPU - earlier.CPU, System: u.System - earlier.System, PeakRSS: u.PeakRSS}
+}
+
 // Usage reads /proc for the process and every descendant (nginx's
 // workers). Threads are included; exited children are not.
 func (p *Process) Usage() Usage {

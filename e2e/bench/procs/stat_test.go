@@ -96,8 +96,8 @@ func burnt(t *testing.T, how string) Usage {
 		})
 		return u
 	}
-	from, to := spent(burnFrom), spent(burnFor*9/10)
-	return Usage{CPU: to.CPU - from.CPU, System: to.System - from.System, PeakRSS: to.PeakRSS}
+	from := spent(burnFrom)
+	return spent(burnFor * 9 / 10).Since(from)
 }
 
 func TestUsageSplitsUserSpaceAndKernel(t *testing.T) {
