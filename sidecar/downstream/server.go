@@ -57,9 +57,11 @@ type Server struct {
 	// IdleTimeout closes a keep-alive connection with no next request for
 	// longer. 0: none.
 	IdleTimeout time.Duration
-	// WatchAfter is how long a request runs, its body read, before its
-	// connection is watched for the client going away (which cancels the
-	// request's context). 0: 5 ms.
+	// WatchAfter is how long a request runs at least, its body read,
+	// before its connection is watched for the client going away (which
+	// cancels the request's context); the watch starts on the next
+	// multiple of ten times it (package coarse), so at most 11 times it
+	// after the body. 0: 5 ms (the watch within 55 ms).
 	WatchAfter time.Duration
 	// Log receives handler panics and accept errors. nil: slog.Default().
 	Log *slog.Logger

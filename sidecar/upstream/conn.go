@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/bufpool"
+	"github.com/tetherproxy/tether/sidecar/coarse"
 	"github.com/tetherproxy/tether/sidecar/httphead"
 	"github.com/tetherproxy/tether/sidecar/peek"
 )
@@ -114,7 +115,7 @@ func (c *conn) abort() {
 // whole. A request answered at once, headers and body in one read (a
 // proxied request's usually is), costs no registration: five
 // allocations and two locked updates of the context's tree spared. A
-// cancelation meanwhile is noticed abortCheck late at most.
+// cancelation meanwhile is noticed abortCheck + abortGrid late at most.
 func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, headerTimeout time.Duration) (*http.Response, error) {
 	if err := ctx.Err(); err != nil {
 		closeBody(req)
@@ -178,11 +179,19 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 	return c.withBody(resp, req, w.stop), nil
 }
 
-// abortCheck is how long a round trip waits for the backend's first
-// byte before it registers for its context's cancelation. The server's
-// watch for a client going away starts later than this (downstream's
-// WatchAfter), so no cancelation is noticed later than before.
-const abortCheck = 5 * time.Millisecond
+// abortCheck is how long a round trip waits at least for the backend's
+// first byte before it registers for its context's cancelation; the
+// wait ends on the next point of a grid of abortGrid (package coarse),
+// so a wait that ends early leaves its deadline where other requests'
+// timers fall due too. The server's watch for a client going away starts
+// on the same grid, WatchAfter (5 ms, downstream) after the body was
+// read and before this wait began, so it starts on this wait's point or
+// one before: a cancelation is noticed abortCheck + abortGrid late at
+// most.
+const (
+	abortCheck = 5 * time.Millisecond
+	abortGrid  = 50 * time.Millisecond
+)
 
 // maxUnwatchedWrite is the largest request body written before the
 // context's cancelation is registered: a write that fits an idle
@@ -209,13 +218,14 @@ func (w *watch) start() {
 }
 
 // firstWait is the end of a round trip's first wait for the backend's
-// answer: abortCheck from now, or the header timeout's deadline when that
-// comes first; for a round trip already watched, the deadline.
+// answer: abortCheck from now rounded up to abortGrid's next point, or
+// the header timeout's deadline when that comes first; for a round trip
+// already watched, the deadline.
 func (w *watch) firstWait(deadline time.Time) time.Time {
 	if w.c == nil {
 		return deadline
 	}
-	soon := time.Now().Add(abortCheck)
+	soon := coarse.Ceil(time.Now().Add(abortCheck), abortGrid)
 	if !deadline.IsZero() && deadline.Before(soon) {
 		return deadline
 	}

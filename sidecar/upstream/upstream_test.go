@@ -311,7 +311,7 @@ func TestSlowAnswersWithinTheHeaderTimeout(t *testing.T) {
 			w.Header().Set("Link", "</a>; rel=preload")
 			w.WriteHeader(http.StatusEarlyHints)
 		}
-		time.Sleep(20 * abortCheck)
+		time.Sleep(2 * (abortCheck + abortGrid)) // past the first wait, on any point of its grid
 		io.WriteString(w, "final")
 	})
 	tr := newTransport(Options{})
@@ -624,9 +624,13 @@ func TestRequestLeavesInOneWrite(t *testing.T) {
 // connection must still be found alive and reused, and its next response
 // read without a timeout.
 func TestReuseAfterTheWaitsDeadlinePassed(t *testing.T) {
+	// The latest a round trip's first wait can end: abortCheck from
+	// the write, on abortGrid's next point.
+	const firstWaitMax = abortCheck + abortGrid
+
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("slow") != "" {
-			time.Sleep(3 * abortCheck)
+			time.Sleep(2 * firstWaitMax)
 		}
 		io.WriteString(w, "ok")
 	})
@@ -637,7 +641,7 @@ func TestReuseAfterTheWaitsDeadlinePassed(t *testing.T) {
 		if resp.StatusCode != 200 || body != "ok" || reused != (i > 0) {
 			t.Fatalf("request %d: %d %q reused=%v", i, resp.StatusCode, body, reused)
 		}
-		time.Sleep(2 * abortCheck) // past any deadline the round trip set
+		time.Sleep(firstWaitMax + 5*time.Millisecond) // past any deadline the round trip set
 	}
 	if n := s.accepted.Load(); n != 1 {
 		t.Errorf("the server accepted %d connections, want 1", n)
