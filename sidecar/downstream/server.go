@@ -42,6 +42,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/coarse"
 )
 
 // Server serves HTTP/1.1 on listeners. Set its fields before Serve.
@@ -239,6 +241,16 @@ func (s *Server) watchAfter() time.Duration {
 		return s.WatchAfter
 	}
 	return 5 * time.Millisecond
+}
+
+// watchDelay is how long after now a watch armed now starts: WatchAfter,
+// rounded up to the next point of a grid of ten times it (package
+// coarse; 50 ms by default, upstream's grid for the first wait too), so
+// that the timers of requests that end before theirs fall due together
+// and wake an idle sidecar once per point, not once each.
+func (s *Server) watchDelay(now time.Time) time.Duration {
+	after := s.watchAfter()
+	return coarse.Ceil(now.Add(after), 10*after).Sub(now)
 }
 
 func (s *Server) headerLimit() int64 {

@@ -370,3 +370,27 @@ func TestProxiedRequestsAreParsedInPlace(t *testing.T) {
 		}
 	}
 }
+
+// A watch starts WatchAfter after it is armed, on the next point of a
+// grid of ten times WatchAfter (50 ms by default, the grid of upstream's
+// first wait): two requests that end within one step of it share the
+// point their timers fall due at.
+func TestWatchDelayIsOnTheGrid(t *testing.T) {
+	for _, s := range []*Server{{}, {WatchAfter: time.Millisecond}} {
+		after := s.watchAfter()
+		step := 10 * after
+		for range 100 {
+			now := time.Now()
+			d := s.watchDelay(now)
+			if d < after || d >= after+step {
+				t.Fatalf("WatchAfter %v: delay %v, want in [%v, %v)", after, d, after, after+step)
+			}
+			if due := now.Add(d); due.UnixNano()%int64(step) != 0 {
+				t.Fatalf("WatchAfter %v: due at %v, not a multiple of %v", after, due, step)
+			}
+		}
+	}
+	if d := (&Server{}).watchAfter(); 10*d != 50*time.Millisecond {
+		t.Errorf("the default grid is %v, want 50ms (upstream's abortGrid)", 10*d)
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"github.com/tetherproxy/tether/sidecar/coarse"
 )
 
 // watch notices a client that goes away while its request runs: a read
@@ -43,10 +41,7 @@ type watch struct {
 // begin starts a request whose context cancel cancels.
 func (w *watch) begin(cancel context.CancelFunc) { w.cancel = cancel }
 
-// arm starts the watch WatchAfter from now, on the next point of a grid
-// of ten times that (coarse: the timers of requests that end before
-// theirs fall due then wake an idle sidecar once per point, not once
-// each).
+// arm starts the watch WatchAfter from now, on its grid (watchDelay).
 func (w *watch) arm() {
 	w.mu.Lock()
 	if w.on {
@@ -54,9 +49,7 @@ func (w *watch) arm() {
 		return
 	}
 	w.on, w.armed, w.ran = true, true, false
-	after := w.c.s.watchAfter()
-	now := time.Now()
-	d := coarse.Ceil(now.Add(after), 10*after).Sub(now)
+	d := w.c.s.watchDelay(time.Now())
 	if w.timer == nil {
 		w.timer = time.AfterFunc(d, w.run)
 	} else {

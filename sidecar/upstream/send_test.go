@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // emptyReadConn is a TCP connection, its RawConn included (so a round
@@ -63,5 +64,31 @@ func TestTheAnswerIsAwaitedWithoutAnEmptyRead(t *testing.T) {
 	// its next wait, as before; a few may.
 	if e, r := empty.Load(), reads.Load(); r < n || e > n/10 {
 		t.Errorf("%d of %d reads found nothing to read in %d round trips, want at least %d reads and at most %d empty", e, r, n, n, n/10)
+	}
+}
+
+// The first wait for an answer ends abortCheck after the write at the
+// earliest, on the next point of abortGrid (the grid the server's watch
+// uses by default), or at the header timeout's deadline when that comes
+// first; a round trip already watched waits to the deadline.
+func TestFirstWaitIsOnTheGrid(t *testing.T) {
+	for range 100 {
+		now := time.Now()
+		w := watch{c: &conn{}}
+		got := w.firstWait(time.Time{})
+		if got.Before(now.Add(abortCheck)) || !got.Before(time.Now().Add(abortCheck+abortGrid)) {
+			t.Fatalf("first wait ends %v after now, want in [%v, %v)", got.Sub(now), abortCheck, abortCheck+abortGrid)
+		}
+		if got.UnixNano()%int64(abortGrid) != 0 {
+			t.Fatalf("first wait ends at %v, not a multiple of %v", got, abortGrid)
+		}
+	}
+	deadline := time.Now().Add(time.Millisecond)
+	if got := (&watch{c: &conn{}}).firstWait(deadline); !got.Equal(deadline) {
+		t.Errorf("an earlier header deadline: first wait ends %v, want the deadline %v", got, deadline)
+	}
+	later := time.Now().Add(time.Minute)
+	if got := (&watch{}).firstWait(later); !got.Equal(later) {
+		t.Errorf("a watched round trip: first wait ends %v, want the deadline %v", got, later)
 	}
 }
