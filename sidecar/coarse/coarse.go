@@ -22,7 +22,10 @@ import "time"
 // Ceil returns t rounded up to a multiple of step since the zero time
 // (t itself when it is one). The result has no monotonic clock reading,
 // as time.Time.Truncate's has none: it is a point of the wall clock,
-// shared by every caller using the same step. step <= 0 returns t.
+// shared by every caller using the same step. A timer or deadline set
+// to it counts from the moment it is set (time.Until, a deadline's
+// conversion), so a step of the wall clock moves no timer already set,
+// only the points of those set after it. step <= 0 returns t.
 func Ceil(t time.Time, step time.Duration) time.Time {
 	if step <= 0 {
 		return t
