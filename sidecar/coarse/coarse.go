@@ -19,6 +19,12 @@ package coarse
 
 import "time"
 
+// Step is the grid the data path's per-request timers share by default
+// (upstream's first wait, downstream's watch): a timer falls due at
+// most this much later than asked, and an idle sidecar wakes for them at
+// most 1/Step times a second.
+const Step = 50 * time.Millisecond
+
 // Ceil returns t rounded up to a multiple of step since the zero time
 // (t itself when it is one). The result has no monotonic clock reading,
 // as time.Time.Truncate's has none: it is a point of the wall clock,

@@ -240,7 +240,7 @@ func (s *Server) watchAfter() time.Duration {
 	if s.WatchAfter > 0 {
 		return s.WatchAfter
 	}
-	return 5 * time.Millisecond
+	return coarse.Step / 10 // 5 ms, on a grid of coarse.Step (watchDelay)
 }
 
 // watchDelay is how long after now a watch armed now starts: WatchAfter,

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tetherproxy/tether/sidecar/coarse"
 )
 
 func goleakMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -390,7 +392,7 @@ func TestWatchDelayIsOnTheGrid(t *testing.T) {
 			}
 		}
 	}
-	if d := (&Server{}).watchAfter(); 10*d != 50*time.Millisecond {
-		t.Errorf("the default grid is %v, want 50ms (upstream's abortGrid)", 10*d)
+	if d := (&Server{}).watchAfter(); d != 5*time.Millisecond || 10*d != coarse.Step {
+		t.Errorf("the default WatchAfter is %v on a grid of %v, want 5ms on coarse.Step (%v, upstream's too)", d, 10*d, coarse.Step)
 	}
 }

@@ -190,7 +190,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 // most.
 const (
 	abortCheck = 5 * time.Millisecond
-	abortGrid  = 50 * time.Millisecond
+	abortGrid  = coarse.Step
 )
 
 // maxUnwatchedWrite is the largest request body written before the
