@@ -202,7 +202,9 @@ func TestRunLocalCtrlC(t *testing.T) {
 	base := runLocalPorts(t)
 	s := startRunLocal(t, base)
 	s.waitFor(t, "Ctrl-C to stop.")
-	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	// A terminal sends Ctrl-C's SIGINT to the whole foreground process
+	// group: the script and every process it started.
+	if err := syscall.Kill(-s.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if code := s.wait(t, 30*time.Second); code != 0 {
