@@ -32,7 +32,7 @@ type hopFlags struct {
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
-	fs.StringVar(&h.proxies, "proxies", d.proxies, "proxies, comma-separated: "+strings.Join(hop.AllProxies, ",")+" (and "+hop.TetherBaseline+", with -tether-baseline; "+hop.GoRelay+", a Go TCP relay as the floor of a Go proxy)")
+	fs.StringVar(&h.proxies, "proxies", d.proxies, "proxies, comma-separated: "+strings.Join(hop.AllProxies, ",")+" (and "+hop.TetherBaseline+", with -tether-baseline; "+hop.GoRelay+", a Go TCP relay as the floor of a Go proxy; "+hop.GoMinimal+", the least sticky HTTP proxy in Go as the floor of a Go HTTP proxy)")
 	fs.StringVar(&h.modes, "modes", d.modes, "response shapes: non-streaming,streaming")
 	fs.StringVar(&h.rates, "rates", d.rates, "offered rates in requests/s, comma-separated")
 	fs.StringVar(&h.streamRates, "stream-rates", d.streamRates, "offered rates of streamed requests (50 SSE events each)")
@@ -43,7 +43,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.IntVar(&h.sessions, "sessions", d.sessions, "distinct X-Session-ID values")
 	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")
 	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars, fixed (0: the sidecar's own choice, one thread while one keeps up and two under load, README \"Threads\")")
-	fs.StringVar(&h.godebug, "godebug", d.godebug, "GODEBUG of the Go proxies (tether's sidecars, the Go ReverseProxy and relay); empty: the sidecar sets its own ("+sysmon.GODEBUG+", README \"Threads\") and the other two get the same; schedtrace=0: Go's default for all")
+	fs.StringVar(&h.godebug, "godebug", d.godebug, "GODEBUG of the Go proxies (tether's sidecars, the Go ReverseProxy, relay and minimal proxy); empty: the sidecar sets its own ("+sysmon.GODEBUG+", README \"Threads\") and the others get the same; schedtrace=0: Go's default for all")
 	fs.StringVar(&h.baseline, "tether-baseline", d.baseline, "another tether-sidecar binary, measured beside tether as "+hop.TetherBaseline+" (a change's before and after in one run)")
 }
 

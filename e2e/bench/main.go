@@ -8,6 +8,7 @@
 //	go run ./e2e/bench affinity [-duration 30s]  affinity policies under cache pressure (make bench-affinity)
 //	go run ./e2e/bench router -policy P -listen A -backends B,…  one of section 2's routers as a process (section 1's Go ReverseProxy row)
 //	go run ./e2e/bench relay -listen A -backends B,…              a Go TCP relay, no HTTP (section 1's floor of a Go proxy)
+//	go run ./e2e/bench minproxy -listen A -backends B,…           the least sticky HTTP proxy in Go (the floor of a Go HTTP proxy)
 package main
 
 import (
@@ -40,6 +41,8 @@ func main() {
 		err = routerMain(ctx, args)
 	case "relay":
 		err = relayMain(ctx, args)
+	case "minproxy":
+		err = minproxyMain(ctx, args)
 	default:
 		usage()
 	}
@@ -58,6 +61,7 @@ func usage() {
   scale     section 3: the stores at scale (bytes per binding, lookups, convergence, join)
   affinity  round robin, hard, threshold and cost soft affinity, oracle, under cache pressure
   router    serve one of section 2's routing policies (a Go net/http ReverseProxy) until stopped
-  relay     serve a Go TCP relay (each connection pinned to a backend, no HTTP) until stopped`)
+  relay     serve a Go TCP relay (each connection pinned to a backend, no HTTP) until stopped
+  minproxy  serve the least sticky HTTP/1.1 proxy in Go (heads as bytes, no header map) until stopped`)
 	os.Exit(2)
 }

@@ -31,7 +31,7 @@ type Options struct {
 	P99Limit  time.Duration
 	ProbeTime time.Duration // measured time of one search probe
 	// SidecarEnv is added to every tether-sidecar's environment, and the
-	// Go ReverseProxy's and relay's.
+	// Go ReverseProxy's, relay's and minimal proxy's.
 	SidecarEnv []string
 	// GoDebug, if set, is the GODEBUG of every Go proxy and of the
 	// backends (modelsim). Unset, the sidecars set their own

@@ -36,11 +36,19 @@ const (
 	// machine, below which tether cannot go without leaving Go's
 	// goroutines and netpoller. Measured only when asked for.
 	GoRelay = "go-relay"
+	// GoMinimal is the least a sticky HTTP/1.1 proxy can do in Go (the
+	// bench's minproxy command: heads forwarded as the bytes they came
+	// in, the session header found in them, a map from session to
+	// backend, pooled keep-alive connections; no header map, no timer,
+	// log or metric), with the sidecar's runtime settings: the floor of
+	// a Go HTTP proxy on this machine, between the relay and tether.
+	// Measured only when asked for.
+	GoMinimal = "go-minimal"
 )
 
 // AllProxies lists every proxy the section measures by default;
-// TetherBaseline, which needs another build, and GoRelay, a reference
-// that is not a sticky proxy, only when asked for.
+// TetherBaseline, which needs another build, and GoRelay and GoMinimal,
+// references that do a proxy's least, only when asked for.
 var AllProxies = []string{Direct, HAProxy, Nginx, GoProxy, Tether, TetherNoLog, TetherRedis, TetherGossip}
 
 // Labels are the names the tables print.
@@ -55,6 +63,7 @@ var Labels = map[string]string{
 	TetherGossip:   "tether (gossip, 3 replicas)",
 	TetherBaseline: "tether (memory), baseline build",
 	GoRelay:        "Go TCP relay (no HTTP; floor)",
+	GoMinimal:      "Go minimal sticky proxy (heads as bytes; floor of HTTP)",
 }
 
 // goEnv is the environment added to a Go proxy's: the sidecars' threads
@@ -121,6 +130,10 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		p, addr, err := env.GoRelay("go-relay", backends, o.goEnv(false))
 		t.proc, t.url = p, "http://"+addr
 		return t, err
+	case GoMinimal:
+		p, addr, err := env.GoMinimal("go-minimal", backends, o.goEnv(false))
+		t.proc, t.url = p, "http://"+addr
+		return t, err
 	case Tether:
 		return t, side(procs.Sidecar{Name: "tether-memory"})
 	case TetherBaseline:
@@ -154,5 +167,5 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		}
 		return t, nil
 	}
-	return nil, fmt.Errorf("unknown proxy %q (want one of %v, %s or %s)", name, AllProxies, TetherBaseline, GoRelay)
+	return nil, fmt.Errorf("unknown proxy %q (want one of %v, %s, %s or %s)", name, AllProxies, TetherBaseline, GoRelay, GoMinimal)
 }

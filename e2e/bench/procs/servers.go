@@ -121,6 +121,13 @@ func (e *Env) GoRelay(name string, backends, env []string) (*Process, string, er
 	return e.benchCommand(name, env, "relay", backends)
 }
 
+// GoMinimal starts this bench binary's minproxy command (the least
+// sticky HTTP proxy in Go: the floor of a Go HTTP proxy) as a process of
+// its own, with env added.
+func (e *Env) GoMinimal(name string, backends, env []string) (*Process, string, error) {
+	return e.benchCommand(name, env, "minproxy", backends)
+}
+
 // benchCommand starts this bench binary's command cmd in front of
 // backends, on a fresh address, with env and args added, and waits until
 // it listens.
