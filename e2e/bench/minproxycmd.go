@@ -5,12 +5,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -30,43 +27,13 @@ import (
 // tether's distance from it is what its own features and layers cost
 // (docs/hop-cost.md, "The floor of a Go HTTP proxy").
 func minproxyMain(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("minproxy", flag.ExitOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
-	backends := fs.String("backends", "", "backends host:port, comma-separated")
-	_ = fs.Parse(args)
-	if *backends == "" {
-		return errors.New("minproxy: -backends is required")
-	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return err
-	}
-	fmt.Println("serving on", ln.Addr())
-	go func() {
-		<-ctx.Done()
-		ln.Close()
-	}()
-	p := &minProxy{table: map[string]int{}}
-	for _, b := range strings.Split(*backends, ",") {
-		p.pools = append(p.pools, &upPool{addr: b})
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer p.closeIdle()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if ne, ok := err.(interface{ Temporary() bool }); ok && ne.Temporary() {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			return err
+	return serveConns(ctx, "minproxy", args, func(backends []string) (connHandler, func()) {
+		p := &minProxy{table: map[string]int{}}
+		for _, b := range backends {
+			p.pools = append(p.pools, &upPool{addr: b})
 		}
-		wg.Go(func() { p.serve(ctx, c) })
-	}
+		return func(ctx context.Context, c net.Conn, _ int) { p.serve(ctx, c) }, p.closeIdle
+	})
 }
 
 type minProxy struct {

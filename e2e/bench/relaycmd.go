@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,12 +18,26 @@ import (
 // the runtime's goroutines, netpoller and system calls cost per request
 // before a proxy parses or decides anything.
 func relayMain(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("relay", flag.ExitOnError)
+	return serveConns(ctx, "relay", args, func(to []string) (connHandler, func()) {
+		return func(ctx context.Context, c net.Conn, n int) { relay(ctx, c, to[n%len(to)]) }, func() {}
+	})
+}
+
+// connHandler serves one accepted connection, the nth, until it ends.
+type connHandler func(ctx context.Context, c net.Conn, n int)
+
+// serveConns is the command line and accept loop of the bench's own
+// proxies (relay, minproxy): -listen and -backends, the address printed
+// once listening, every connection handled on a goroutine of its own by
+// what start made of the backends, until ctx ends. It returns once every
+// handler has, then calls start's stop.
+func serveConns(ctx context.Context, cmd string, args []string, start func(backends []string) (connHandler, func())) error {
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	backends := fs.String("backends", "", "backends host:port, comma-separated")
 	_ = fs.Parse(args)
 	if *backends == "" {
-		return errors.New("relay: -backends is required")
+		return fmt.Errorf("%s: -backends is required", cmd)
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -35,7 +48,8 @@ func relayMain(ctx context.Context, args []string) error {
 		<-ctx.Done()
 		ln.Close()
 	}()
-	to := strings.Split(*backends, ",")
+	handle, stop := start(strings.Split(*backends, ","))
+	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for n := 0; ; n++ {
@@ -52,7 +66,7 @@ func relayMain(ctx context.Context, args []string) error {
 			}
 			return err
 		}
-		wg.Go(func() { relay(ctx, c, to[n%len(to)]) })
+		wg.Go(func() { handle(ctx, c, n) })
 	}
 }
 

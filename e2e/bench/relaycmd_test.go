@@ -22,16 +22,7 @@ func TestRelayCarriesRequestsAndStops(t *testing.T) {
 		fmt.Fprintf(w, "hello %s", r.Header.Get("X-Session-ID"))
 	}))
 	defer backend.Close()
-	port, err := freeport.Pick("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- relayMain(ctx, []string{"-listen", addr, "-backends", strings.TrimPrefix(backend.URL, "http://")})
-	}()
+	addr, stop := startBenchProxy(t, relayMain, strings.TrimPrefix(backend.URL, "http://"))
 	client := &http.Client{Timeout: 2 * time.Second}
 	var body string
 	testkit.Eventually(t, 5*time.Second, "a response through the relay", func() error {
@@ -51,13 +42,39 @@ func TestRelayCarriesRequestsAndStops(t *testing.T) {
 	}
 	// A connection held open (keep-alive) must not keep the relay from
 	// returning.
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("relayMain returned %v, want nil", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("relayMain did not return after its context ended")
+	stop()
+}
+
+// startBenchProxy runs main (relayMain, minproxyMain) on a free port in
+// front of backends and returns its address; stop ends it and fails the
+// test unless it returns nil within 5 s.
+func startBenchProxy(t *testing.T, main func(context.Context, []string) error, backends ...string) (addr string, stop func()) {
+	t.Helper()
+	port, err := freeport.Pick("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- main(ctx, []string{"-listen", addr, "-backends", strings.Join(backends, ",")}) }()
+	stopped := false
+	stop = func() {
+		t.Helper()
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("returned %v after its context ended, want nil", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("did not return after its context ended")
+		}
+	}
+	t.Cleanup(stop)
+	return addr, stop
 }
