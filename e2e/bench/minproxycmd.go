@@ -102,8 +102,9 @@ func readHead(br *bufio.Reader, h *msgHead) error {
 		value = bytes.TrimSpace(value)
 		switch {
 		case fieldIs(name, "x-session-id"):
-			// A slice of h.raw, which is not appended to before the
-			// lookup: the slice is taken after this line's append.
+			// A slice of h.raw: a later line's append may move h.raw,
+			// but the bytes this points at stay as they are until the
+			// next head is read, after this request's lookup.
 			off := start + len(line) - len(value)
 			h.session = h.raw[off : off+len(value)]
 		case fieldIs(name, "content-length"):
