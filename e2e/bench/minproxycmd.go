@@ -287,6 +287,9 @@ func copyBody(bw *bufio.Writer, br *bufio.Reader, resp *msgHead, scratch []byte)
 	}
 }
 
+// copyN copies exactly n bytes of br to bw through scratch: io.CopyN
+// without the io.LimitReader it allocates on every call (a body, a
+// chunk), which the floor of a Go proxy should not pay.
 func copyN(bw *bufio.Writer, br *bufio.Reader, n int64, scratch []byte) error {
 	for n > 0 {
 		m, err := io.ReadFull(br, scratch[:min(n, int64(len(scratch)))])
