@@ -54,7 +54,11 @@ type conn struct {
 	w        response              // the request in progress; reused
 	body     requestBody           // its body; reused
 	fixed    httphead.Body         // the bytes of a body httphead framed; reused
-	watch    watch
+	heads    httphead.Requests     // the requests httphead parses; reused
+	// backendHeads are lent to the handler for its backend's response
+	// (response.ResponseHeads); reused.
+	backendHeads httphead.Responses
+	watch        watch
 	// deadlineLeft: a read deadline of the head's (awaitRequest's idle or
 	// first-byte one, readRequest's header one) may still be set. It is
 	// cleared only before a read that would heed it (a body not yet
@@ -316,7 +320,7 @@ func (c *conn) clearLeftDeadline() {
 // what http.ReadRequest makes of it.
 func (c *conn) readHead() (req *http.Request, parsed bool, err error) {
 	if buf := httphead.Unread(c.br); len(buf) > 0 {
-		if req, n, ok := httphead.Request(buf); ok {
+		if req, n, ok := c.heads.Request(buf); ok {
 			_, _ = c.br.Discard(n)
 			req.Body = http.NoBody
 			if req.ContentLength > 0 {
@@ -419,6 +423,8 @@ func (c *conn) forget() {
 	clear(c.w.header)
 	c.body = requestBody{c: c, eof: true}
 	c.fixed.Reset(nil, 0)
+	c.heads.Forget()
+	c.backendHeads.Forget()
 }
 
 // handle runs the handler. A panic ends the request unfinished, so the

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 // pendingMax is how much of a body of unknown length is held before its
@@ -354,6 +356,11 @@ func (w *response) flush() error {
 	}
 	return err
 }
+
+// ResponseHeads lends a proxying handler where to parse its backend's
+// response head (upstream.HeadLender): the connection's, used by one
+// request at a time, valid until the handler returns.
+func (w *response) ResponseHeads() *httphead.Responses { return &w.c.backendHeads }
 
 // Flush is FlushError for http.Flusher.
 func (w *response) Flush() { _ = w.FlushError() }

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tetherproxy/tether/sidecar/coarse"
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 func goleakMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -369,6 +370,48 @@ func TestProxiedRequestsAreParsedInPlace(t *testing.T) {
 		}
 		if b, _ := io.ReadAll(req.Body); string(b) != "{}" || req.Body != &c.fixed || req.Header.Get("X-Session-Id") != "s-1" {
 			t.Fatalf("request %d: body %q (%T), header %v", i, b, req.Body, req.Header)
+		}
+		c.forget()
+		if req.Method != "" || len(req.Header) != 0 {
+			t.Fatalf("request %d: not the connection's own (httphead.Requests), or not forgotten: %+v", i, req)
+		}
+	}
+}
+
+// TestResponseHeadsAreTheConnections: a handler is lent the connection's
+// storage for its backend's response head, the same for every request on
+// the connection, forgotten between them.
+func TestResponseHeadsAreTheConnections(t *testing.T) {
+	const backend = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 0\r\n\r\n"
+	var (
+		lent     *httphead.Responses
+		lastResp *http.Response
+	)
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l, ok := w.(interface{ ResponseHeads() *httphead.Responses })
+		if !ok {
+			t.Error("the response lends no heads")
+			return
+		}
+		heads := l.ResponseHeads()
+		if lent != nil && heads != lent {
+			t.Error("another request on the connection was lent other heads")
+		}
+		if lastResp != nil && lastResp.StatusCode != 0 {
+			t.Error("the last request's response head was not forgotten")
+		}
+		resp, _, ok := heads.Response([]byte(backend), r)
+		if !ok || resp.Header.Get("Content-Type") != "text/plain" {
+			t.Errorf("parsed %v: %+v", ok, resp)
+		}
+		lent, lastResp = heads, resp
+	})}
+	addr := start(t, s)
+	c, br := dial(t, addr)
+	for range 3 {
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		if resp, _ := readBody(t, br); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
 		}
 	}
 }

@@ -85,11 +85,27 @@ func Complete(buf []byte) bool {
 	return n > 0
 }
 
+// room is where parse puts a head's fields: a header map and the slab
+// its values' slices are cut from. Kept by a connection (Requests), they
+// serve its next message too, cleared: two allocations a message spared.
+type room struct {
+	header http.Header
+	values []string
+}
+
+// forget drops what r's last message left in them, keeping their room.
+func (r *room) forget() {
+	clear(r.header)
+	clear(r.values[:cap(r.values)])
+}
+
 // parse copies the head of buf[:n] into one string and its fields into
 // a header, as textproto.ReadMIMEHeader would, or reports false for a
 // field it leaves to net/http. With dropHost the Host fields are noted
-// but left out of the header (ReadRequest deletes them).
-func parse(buf []byte, n, fields int, dropHost bool) (h head, ok bool) {
+// but left out of the header (ReadRequest deletes them). The header is
+// keep's map and slab when keep is not nil (the message before's
+// cleared), new ones otherwise.
+func parse(buf []byte, n, fields int, dropHost bool, keep *room) (h head, ok bool) {
 	if fields > maxFields {
 		return head{}, false
 	}
@@ -139,8 +155,20 @@ func parse(buf []byte, n, fields int, dropHost bool) (h head, ok bool) {
 	}
 	// Each name hashed once: a repeated name (rare) is found among those
 	// before it, not by a lookup per field.
-	h.header = make(http.Header, nkv)
-	strs := make([]string, nkv) // values, one slab (as textproto's)
+	var strs []string // values, one slab (as textproto's)
+	switch {
+	case keep == nil:
+		h.header, strs = make(http.Header, nkv), make([]string, nkv)
+	default:
+		if keep.header == nil {
+			keep.header = make(http.Header, nkv)
+		}
+		if cap(keep.values) < nkv {
+			keep.values = make([]string, nkv)
+		}
+		keep.forget()
+		h.header, strs = keep.header, keep.values[:nkv]
+	}
 	for i := 0; i < nkv; i++ {
 		if seen(kv[:i], kv[i].key) {
 			continue

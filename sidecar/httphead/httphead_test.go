@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -23,6 +24,14 @@ var (
 		"POST / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nPragma: no-cache\r\nContent-Length: 0\r\nA: 1\r\nA: 2\r\nEmpty:\r\nObs: caf\xc3\xa9\r\n\r\n",
 		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nshort",
 		"DELETE /a%20b HTTP/1.1\r\nhost: a\r\nTrailer: X\r\nCookie: a=b; c=d\r\nAuthorization: Bearer x.y.z\r\n\r\n",
+		// Targets of originForm's and net/url's.
+		"GET /v1/models? HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /a??b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET //x/y HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /a!b'(c)*[d]|e HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /p?q=#f&x=%zz HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /caf\xc3\xa9?q=\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n",
+		"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
 	}
 	leftRequests = []string{
 		"GET / HTTP/1.1\nHost: a\n\n",                  // bare LF
@@ -130,10 +139,17 @@ func checkRequest(t *testing.T, raw []byte) (taken bool) {
 	of := func(r *http.Request) message { return message{fieldsOf(r), r.Body, r.ContentLength} }
 	return check(t, raw, func(raw []byte) (message, int, bool) {
 		r, n, ok := Request(raw)
+		// A connection's parser, after requests of other shapes: what it
+		// makes of raw must not depend on them.
+		used := usedRequests()
+		ru, nu, oku := used.Request(raw)
+		if nu != n || oku != ok || (r == nil) != (ru == nil) || r != nil && !reflect.DeepEqual(fieldsOf(r), fieldsOf(ru)) {
+			t.Fatalf("a used parser read %q otherwise:\n got %+v\nwant %+v", raw, ru, r)
+		}
 		if r == nil {
 			return message{}, n, ok
 		}
-		return of(r), n, ok
+		return of(ru), n, ok
 	}, func(br *bufio.Reader) (message, error) {
 		r, err := http.ReadRequest(br)
 		if err != nil {
@@ -143,15 +159,81 @@ func checkRequest(t *testing.T, raw []byte) (taken bool) {
 	})
 }
 
+// usedRequests is a Requests that has parsed every taken request (and
+// forgotten one on the way), as a connection's has parsed others before.
+func usedRequests() *Requests {
+	var r Requests
+	for i, s := range takenRequests {
+		r.Request([]byte(s))
+		if i == len(takenRequests)/2 {
+			r.Forget()
+		}
+	}
+	return &r
+}
+
+// usedResponses is the same for Responses.
+func usedResponses() *Responses {
+	var p Responses
+	post, _ := http.NewRequest(http.MethodPost, "http://b/", nil)
+	for i, s := range takenResponses {
+		p.Response([]byte(s), post)
+		if i == len(takenResponses)/2 {
+			p.Forget()
+		}
+	}
+	return &p
+}
+
+// TestForget: a forgotten message leaves nothing of it reachable from
+// its parser.
+func TestForget(t *testing.T) {
+	var r Requests
+	if _, _, ok := r.Request([]byte(takenRequests[0])); !ok {
+		t.Fatal("declined")
+	}
+	r.Forget()
+	if !reflect.DeepEqual(r.req, http.Request{}) || r.url != (url.URL{}) {
+		t.Fatalf("request kept: %+v %+v", r.req, r.url)
+	}
+	checkForgotten(t, &r.room)
+	var p Responses
+	if _, _, ok := p.Response([]byte(takenResponses[0]), nil); !ok {
+		t.Fatal("declined")
+	}
+	p.Forget()
+	if !reflect.DeepEqual(p.resp, http.Response{}) {
+		t.Fatalf("response kept: %+v", p.resp)
+	}
+	checkForgotten(t, &p.room)
+}
+
+func checkForgotten(t *testing.T, r *room) {
+	t.Helper()
+	if r.header == nil || len(r.header) != 0 {
+		t.Fatalf("header map dropped or kept: %v", r.header)
+	}
+	for i, v := range r.values[:cap(r.values)] {
+		if v != "" {
+			t.Fatalf("value %d kept: %q", i, v)
+		}
+	}
+}
+
 func checkResponse(t *testing.T, raw []byte, req *http.Request) (taken bool) {
 	t.Helper()
 	of := func(r *http.Response) message { return message{responseFieldsOf(r), r.Body, r.ContentLength} }
 	return check(t, raw, func(raw []byte) (message, int, bool) {
 		r, n, ok := Response(raw, req)
+		used := usedResponses()
+		ru, nu, oku := used.Response(raw, req)
+		if nu != n || oku != ok || (r == nil) != (ru == nil) || r != nil && !reflect.DeepEqual(responseFieldsOf(r), responseFieldsOf(ru)) {
+			t.Fatalf("a used parser read %q otherwise:\n got %+v\nwant %+v", raw, ru, r)
+		}
 		if r == nil {
 			return message{}, n, ok
 		}
-		return of(r), n, ok
+		return of(ru), n, ok
 	}, func(br *bufio.Reader) (message, error) {
 		r, err := http.ReadResponse(br, req)
 		if err != nil {

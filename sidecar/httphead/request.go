@@ -17,11 +17,28 @@ import (
 // Transfer-Encoding, anything but one valid Content-Length (or none),
 // several Host fields, a target net/url refuses.
 func Request(buf []byte) (req *http.Request, n int, ok bool) {
+	return new(Requests).Request(buf)
+}
+
+// Requests parses the requests of one connection, one after another,
+// into the same request, URL, header map and value slab: a request it
+// returns is valid until its next Request or Forget. Four allocations
+// of the five a request's head costs are spared; the one left is the
+// string that holds the head, which names and values are slices of, so
+// that what a handler keeps of them stays its own.
+type Requests struct {
+	req  http.Request
+	url  url.URL
+	room room
+}
+
+// Request is the package's Request, into r's request.
+func (r *Requests) Request(buf []byte) (req *http.Request, n int, ok bool) {
 	n, fields := find(buf)
 	if n == 0 {
 		return nil, 0, false
 	}
-	h, ok := parse(buf, n, fields, true)
+	h, ok := parse(buf, n, fields, true, &r.room)
 	if !ok {
 		return nil, 0, false
 	}
@@ -38,9 +55,12 @@ func Request(buf []byte) (req *http.Request, n int, ok bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	u, err := url.ParseRequestURI(target)
-	if err != nil {
-		return nil, 0, false
+	u := &r.url
+	if !originForm(target, u) {
+		var err error
+		if u, err = url.ParseRequestURI(target); err != nil {
+			return nil, 0, false
+		}
 	}
 	host := u.Host
 	if host == "" {
@@ -48,7 +68,7 @@ func Request(buf []byte) (req *http.Request, n int, ok bool) {
 	}
 	h.fixPragmaCacheControl()
 	close := h.shouldClose(major, minor, false)
-	req = &http.Request{
+	r.req = http.Request{
 		Method:        method,
 		URL:           u,
 		Proto:         proto,
@@ -60,5 +80,60 @@ func Request(buf []byte) (req *http.Request, n int, ok bool) {
 		Host:          host,
 		RequestURI:    target,
 	}
-	return req, n, true
+	return &r.req, n, true
+}
+
+// Forget drops the last request, so that a connection waiting for its
+// next one keeps nothing of it alive (its head, its body, its context).
+func (r *Requests) Forget() {
+	r.req = http.Request{}
+	r.url = url.URL{}
+	r.room.forget()
+}
+
+// originForm sets *u to what url.ParseRequestURI makes of target when
+// target is the common shape of a request's: a path from '/' of bytes
+// net/url keeps as they are (no escape to undo, none to add), then
+// perhaps a query of printable bytes. It reports false, leaving u as it
+// was, for anything else (net/url decides those).
+func originForm(target string, u *url.URL) bool {
+	if target == "" || target[0] != '/' {
+		return false
+	}
+	var path, query string
+	force := false
+	if q := strings.IndexByte(target, '?'); q < 0 {
+		path = target
+	} else {
+		path, query = target[:q], target[q+1:]
+		// url's reading: a lone '?' at the end forces an empty query.
+		force = query == ""
+	}
+	for i := 0; i < len(path); i++ {
+		if !pathKeeps[path[i]] {
+			return false
+		}
+	}
+	for i := 0; i < len(query); i++ {
+		if c := query[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	*u = url.URL{Path: path, RawQuery: query, ForceQuery: force}
+	return true
+}
+
+// pathKeeps: the bytes a path may hold for originForm, those net/url's
+// escaping of a path leaves as they are ('%', which it would unescape,
+// and '?' and '#' excluded); learnt from net/url itself.
+var pathKeeps [256]bool
+
+func init() {
+	for c := 0x21; c < 0x7f; c++ {
+		if c == '%' || c == '?' || c == '#' {
+			continue
+		}
+		p := "/" + string(rune(c))
+		pathKeeps[c] = (&url.URL{Path: p}).EscapedPath() == p
+	}
 }

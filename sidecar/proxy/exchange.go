@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherproxy/tether/sidecar/httphead"
 	"github.com/tetherproxy/tether/sidecar/logjson"
 	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/reqbody"
@@ -53,13 +54,16 @@ type exchange struct {
 	// forwarded) for it; traceparent the W3C trace context, if any.
 	requestID, traceparent string
 	idValues               [1]string // the header's values of a generated id
+	idBytes                [36]byte  // a generated id's bytes, which requestID is
 
 	pool     *Pool
 	d        *resolve.Decision // the current attempt's
+	decision resolve.Decision  // the first attempt's, made here
 	held     string            // the backend the balancer counts the current attempt on; "" for none
 	reqBytes []byte
 	reqBody  bodyReader    // reqBytes, read by the current attempt
-	fields   *reqbody.Body // the body's fields, parsed once
+	fields   *reqbody.Body // the body's fields, parsed once: body, once read
+	body     reqbody.Body
 	// ctx is the request's context as the handler passes it on (to the
 	// resolver and the transport), answering for the exchange's values;
 	// req is the client's request with it, the handler's own copy (in
@@ -109,6 +113,10 @@ type exchange struct {
 	// trip returned: roundTripping is set while one runs.
 	informational sync.Mutex
 	roundTripping bool
+
+	// heads is where the transport parses each attempt's response head:
+	// the client connection's, when its server lends them (ResponseHeads).
+	heads *httphead.Responses
 
 	trace httptrace.ClientTrace
 	// clock is the first-byte timeout when the pool's transport cannot
@@ -584,4 +592,13 @@ func isDialError(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-var _ upstream.Observer = (*exchange)(nil)
+// ResponseHeads lends the transport where to parse the backend's
+// response head (upstream.HeadLender): the client connection's, which
+// its next request reuses once this handler has returned; nil (new ones
+// each time) when the server lends none.
+func (x *exchange) ResponseHeads() *httphead.Responses { return x.heads }
+
+var (
+	_ upstream.Observer   = (*exchange)(nil)
+	_ upstream.HeadLender = (*exchange)(nil)
+)

@@ -29,6 +29,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/reqbody"
 	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/responses"
+	"github.com/tetherproxy/tether/sidecar/upstream"
 	"github.com/tetherproxy/tether/sidecar/usage"
 )
 
@@ -226,6 +227,9 @@ func buffered(body io.ReadCloser) bool {
 // is logged and counted once, by the exchange's deferred finish.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{recorder: recorder{ResponseWriter: w}, h: h, in: r, start: h.o.Now()}
+	if l, ok := w.(upstream.HeadLender); ok {
+		x.heads = l.ResponseHeads()
+	}
 	defer x.finish()
 	x.identify()
 	body, err := readBody(w, r, h.o.MaxBodyBytes, h.o.BodyReadTimeout)
@@ -244,7 +248,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	x.fields = h.o.Body.Of(body)
+	x.body.Reset(h.o.Body, body)
+	x.fields = &x.body
 	x.ctx = exchangeContext{Context: r.Context(), x: x}
 	x.req = *r.WithContext(&x.ctx) // the handler's own copy, the backends' request to be
 	r = &x.req
@@ -254,7 +259,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x.pool = pool
-	d, err := pool.Resolver.Resolve(r.Context(), r)
+	d, err := pool.Resolver.ResolveInto(r.Context(), r, &x.decision)
 	if lost, ok := errors.AsType[*responses.LostError](err); ok {
 		lost.Write(x) // its backend is gone: no other can answer
 		return

@@ -1,6 +1,9 @@
 package proxy
 
-import "math/rand/v2"
+import (
+	"math/rand/v2"
+	"unsafe"
+)
 
 // What the proxy reads from a request for its own use: the request id and
 // trace context the access log carries.
@@ -19,7 +22,7 @@ const maxRequestIDLen = 128
 func (x *exchange) identify() {
 	id := x.in.Header.Get(RequestIDHeader)
 	if !validRequestID(id) {
-		id = newRequestID()
+		id = newRequestID(&x.idBytes)
 		x.idValues[0] = id
 		x.in.Header[RequestIDHeader] = x.idValues[:] // Header.Set, without its allocation
 	}
@@ -42,10 +45,13 @@ func validRequestID(id string) bool {
 	return true
 }
 
-// newRequestID returns a random UUID (version 4), as Envoy and nginx's
-// $request_id users expect. An id needs to be unique, not secret: the
-// runtime's per-thread ChaCha8 generator is enough and never blocks.
-func newRequestID() string {
+// newRequestID writes a random UUID (version 4), as Envoy and nginx's
+// $request_id users expect, in s and returns it as a string of s's bytes
+// (not a copy: the string is s's for as long as it is referenced, so s
+// must not be written again; the exchange's array is written once). An
+// id needs to be unique, not secret: the runtime's per-thread ChaCha8
+// generator is enough and never blocks.
+func newRequestID(s *[36]byte) string {
 	var u [16]byte
 	hi, lo := rand.Uint64(), rand.Uint64()
 	for i := range 8 {
@@ -54,7 +60,6 @@ func newRequestID() string {
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
 	const hexdigits = "0123456789abcdef"
-	var s [36]byte
 	j := 0
 	for i, b := range u {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
@@ -64,7 +69,7 @@ func newRequestID() string {
 		s[j], s[j+1] = hexdigits[b>>4], hexdigits[b&0x0f]
 		j += 2
 	}
-	return string(s[:])
+	return unsafe.String(&s[0], len(s))
 }
 
 // maxTraceparentLen bounds a traceparent the log repeats (version 00 is

@@ -42,7 +42,15 @@ type Body struct {
 }
 
 // Of returns raw as a Body whose fields are scanned when first read.
-func (f *Fields) Of(raw []byte) *Body { return &Body{f: f, raw: raw} }
+func (f *Fields) Of(raw []byte) *Body {
+	b := new(Body)
+	b.Reset(f, raw)
+	return b
+}
+
+// Reset makes b what f.Of(raw) returns, for a caller that keeps a Body
+// in a request's own state (one allocation a request spared).
+func (b *Body) Reset(f *Fields, raw []byte) { *b = Body{f: f, raw: raw} }
 
 func (b *Body) scan() *jsonscan.Scanner {
 	if !b.scanned {

@@ -297,10 +297,17 @@ const maxColdMarks = 16384
 // req names a stored response whose backend is gone; a store error degrades to balancing
 // without stickiness.
 func (r *Resolver) Resolve(ctx context.Context, req *http.Request) (*Decision, error) {
+	return r.ResolveInto(ctx, req, nil)
+}
+
+// ResolveInto is Resolve making the decision in into, whatever it held
+// (a request's own, so that deciding costs it no allocation); nil: in a
+// new one. The decision returned is into, unless Resolve failed.
+func (r *Resolver) ResolveInto(ctx context.Context, req *http.Request, into *Decision) (*Decision, error) {
 	call := responses.Parse(req)
-	d, err, done := r.resolveCall(ctx, call)
+	d, err, done := r.resolveCall(ctx, call, into)
 	if !done {
-		d, err = r.resolve(ctx, req)
+		d, err = r.resolve(ctx, req, into)
 	}
 	if err == nil {
 		d.learn = call.Kind == responses.Create && call.Stores
@@ -316,23 +323,23 @@ func (r *Resolver) policy() Policy {
 	return Policy{Keys: r.o.Keys, TTL: r.o.TTL, PD: r.o.PD}
 }
 
-func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, error) {
+func (r *Resolver) resolve(ctx context.Context, req *http.Request, into *Decision) (*Decision, error) {
 	pol := r.policy()
 	if pol.Down != nil {
 		return nil, pol.Down
 	}
 	set := r.o.Backends.Current()
 	if pol.Keys == nil {
-		return r.unsticky(set, &Decision{pol: pol, Timeout: pol.Timeout})
+		return r.unsticky(set, made(into, Decision{pol: pol, Timeout: pol.Timeout}))
 	}
 	key := pol.Keys.Extract(req)
 	if key.Value == "" {
-		return r.unsticky(set, &Decision{pol: pol, Timeout: pol.Timeout})
+		return r.unsticky(set, made(into, Decision{pol: pol, Timeout: pol.Timeout}))
 	}
 	// One hash serves the store, the log and /debug/bindings?keyHash=.
 	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
 	body := reqbody.FromContext(req.Context())
-	d := &Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout, bodyBytes: body.Len()}
+	d := made(into, Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout, bodyBytes: body.Len()})
 	if r.o.Affinity.Cost {
 		d.stream = body.Value("stream").Kind == jsonscan.True
 	}
@@ -360,6 +367,15 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request) (*Decision, e
 		return r.rebind(ctx, set, d, b, reason)
 	}
 	return r.bind(ctx, set, d, store.Binding{Gen: 1}, Miss)
+}
+
+// made is d, in into when into is not nil, else in a new Decision.
+func made(into *Decision, d Decision) *Decision {
+	if into == nil {
+		into = new(Decision)
+	}
+	*into = d
+	return into
 }
 
 // Retry is called when d's backend failed before any response byte

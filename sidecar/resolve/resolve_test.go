@@ -52,6 +52,7 @@ type fixture struct {
 	src   *fakeSource
 	now   time.Time
 	reg   *prometheus.Registry
+	last  Decision // the one the last resolve made
 }
 
 func newFixture(t *testing.T, st store.Store, src *fakeSource, pd bool) *fixture {
@@ -100,13 +101,20 @@ func req(key string) *http.Request {
 	return r
 }
 
+// resolve decides for a request with key, in the decision the fixture
+// made the last one in (as ResolveInto is used: whatever that held must
+// not show), and returns a copy.
 func (f *fixture) resolve(t *testing.T, key string) *Decision {
 	t.Helper()
-	d, err := f.r.Resolve(context.Background(), req(key))
+	d, err := f.r.ResolveInto(context.Background(), req(key), &f.last)
 	if err != nil {
 		t.Fatalf("Resolve(%q): %v", key, err)
 	}
-	return d
+	if d != &f.last {
+		t.Fatalf("Resolve(%q) decided elsewhere than in the decision it was given", key)
+	}
+	c := *d
+	return &c
 }
 
 func TestNoKeyBalancesWithoutBinding(t *testing.T) {

@@ -67,7 +67,7 @@ func (r *Resolver) responseKey(id string) string {
 // answers for an id it does not know. A binding whose backend is no
 // longer selectable — gone, ejected, or restarted since (its memory, and
 // the response, are gone) — is a *responses.LostError.
-func (r *Resolver) resolveCall(ctx context.Context, call responses.Call) (d *Decision, err error, done bool) {
+func (r *Resolver) resolveCall(ctx context.Context, call responses.Call, into *Decision) (d *Decision, err error, done bool) {
 	if call.ID == "" {
 		return nil, nil, false
 	}
@@ -113,10 +113,10 @@ func (r *Resolver) resolveCall(ctx context.Context, call responses.Call) (d *Dec
 		}
 	}
 	r.rm.pinned().Inc()
-	return &Decision{
+	return made(into, Decision{
 		Backend: be, Prefill: pf, Outcome: Hit, Source: SourceResponseID, KeyHash: key,
 		Since: b.Created, binding: b, pinned: true,
-	}, nil, true
+	}), nil, true
 }
 
 // Answered is told of the backend's answer to d's request before its

@@ -280,7 +280,7 @@ func (c *conn) readResponse(req *http.Request, h hooks, deadline *time.Time) (*h
 			_ = c.nc.SetReadDeadline(*deadline) // not awaitResponse's few milliseconds
 			deadline = nil
 		}
-		resp, err := c.readHead(req)
+		resp, err := c.readHead(req, h.heads)
 		if err != nil {
 			return nil, err
 		}
@@ -301,17 +301,20 @@ func (c *conn) readResponse(req *http.Request, h hooks, deadline *time.Time) (*h
 
 // readHead reads a response head: by httphead, from what the first read
 // buffered, when that holds all of it in a shape httphead takes (its
-// Body is then nil, for withBody to frame), by http.ReadResponse
-// otherwise. Either way the response is what http.ReadResponse makes of
-// it.
-func (c *conn) readHead(req *http.Request) (*http.Response, error) {
+// Body is then nil, for withBody to frame; parsed into heads when the
+// caller lends them), by http.ReadResponse otherwise. Either way the
+// response is what http.ReadResponse makes of it.
+func (c *conn) readHead(req *http.Request, heads *httphead.Responses) (*http.Response, error) {
 	if _, err := c.br.Peek(1); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF // as ReadResponse's
 		}
 		return nil, err
 	}
-	if resp, n, ok := httphead.Response(httphead.Unread(c.br), req); ok {
+	if heads == nil {
+		heads = new(httphead.Responses)
+	}
+	if resp, n, ok := heads.Response(httphead.Unread(c.br), req); ok {
 		_, _ = c.br.Discard(n)
 		if resp.ContentLength == 0 {
 			resp.Body = http.NoBody

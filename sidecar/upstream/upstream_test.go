@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tetherproxy/tether/sidecar/httphead"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
@@ -651,12 +652,43 @@ func TestReuseAfterTheWaitsDeadlinePassed(t *testing.T) {
 // TestResponsesAreParsedInPlace: a model server's answer is read by
 // httphead and its body framed in the round trip's own body (a change
 // that sent it back to http.ReadResponse would pass every other test).
+// With heads lent (HeadLender), the response is parsed into them.
 func TestResponsesAreParsedInPlace(t *testing.T) {
 	raw := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nDate: Thu, 03 Dec 2026 21:00:00 GMT\r\nContent-Length: 2\r\n\r\n{}"
-	c := &conn{br: bufio.NewReader(strings.NewReader(raw))}
 	req, _ := http.NewRequest(http.MethodPost, "http://b/v1/chat/completions", nil)
-	resp, err := c.readHead(req)
-	if err != nil || resp.Body != nil || resp.ContentLength != 2 || resp.Header.Get("Content-Type") != "application/json" {
-		t.Fatalf("got %+v, %v; want httphead's response (no Body yet, ContentLength 2)", resp, err)
+	var lent httphead.Responses
+	for _, heads := range []*httphead.Responses{nil, &lent} {
+		c := &conn{br: bufio.NewReader(strings.NewReader(raw))}
+		resp, err := c.readHead(req, heads)
+		if err != nil || resp.Body != nil || resp.ContentLength != 2 || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("got %+v, %v; want httphead's response (no Body yet, ContentLength 2)", resp, err)
+		}
+		if heads != nil {
+			heads.Forget()
+			if resp.StatusCode != 0 {
+				t.Fatal("the response was not parsed into the heads lent")
+			}
+		}
+	}
+}
+
+// lender is an Observer that lends its heads.
+type lender struct {
+	Observer
+	heads httphead.Responses
+}
+
+func (l *lender) ResponseHeads() *httphead.Responses { return &l.heads }
+
+// TestHooksFindTheLentHeads: a round trip parses into the heads its
+// context's Observer lends.
+func TestHooksFindTheLentHeads(t *testing.T) {
+	l := &lender{}
+	ctx := context.WithValue(context.Background(), ObserverKey{}, Observer(l))
+	if h := hooksOf(ctx); h.heads != &l.heads {
+		t.Fatalf("hooks parse into %p, want the lent %p", h.heads, &l.heads)
+	}
+	if h := hooksOf(context.Background()); h.heads != nil {
+		t.Fatal("heads without a lender")
 	}
 }
