@@ -159,16 +159,20 @@ func checkRequest(t *testing.T, raw []byte) (taken bool) {
 	})
 }
 
-// usedRequests is a Requests that has parsed every taken request (and
-// forgotten one on the way), as a connection's has parsed others before.
+// usedRequests is a Requests that has parsed every seed, taken or left
+// (and forgotten one on the way), as a connection's has parsed others
+// before.
 func usedRequests() *Requests {
 	var r Requests
-	for i, s := range takenRequests {
+	for i, s := range append(takenRequests, leftRequests...) {
 		r.Request([]byte(s))
 		if i == len(takenRequests)/2 {
 			r.Forget()
 		}
 	}
+	// Last, a head whose fields were parsed and which was then declined
+	// (its version): they must not show in the next.
+	r.Request([]byte("GET / HTTP/2.0\r\nHost: a\r\nX-Stale: 1\r\n\r\n"))
 	return &r
 }
 
@@ -176,12 +180,13 @@ func usedRequests() *Requests {
 func usedResponses() *Responses {
 	var p Responses
 	post, _ := http.NewRequest(http.MethodPost, "http://b/", nil)
-	for i, s := range takenResponses {
+	for i, s := range append(takenResponses, leftResponses...) {
 		p.Response([]byte(s), post)
 		if i == len(takenResponses)/2 {
 			p.Forget()
 		}
 	}
+	p.Response([]byte("HTTP/1.1 204 No Content\r\nX-Stale: 1\r\n\r\n"), post) // parsed, then declined
 	return &p
 }
 

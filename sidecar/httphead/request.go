@@ -22,8 +22,8 @@ func Request(buf []byte) (req *http.Request, n int, ok bool) {
 
 // Requests parses the requests of one connection, one after another,
 // into the same request, URL, header map and value slab: a request it
-// returns is valid until its next Request or Forget. Four allocations
-// of the five a request's head costs are spared; the one left is the
+// returns is valid until its next Request or Forget. Five allocations
+// of the six a request's head costs are spared; the one left is the
 // string that holds the head, which names and values are slices of, so
 // that what a handler keeps of them stays its own.
 type Requests struct {

@@ -18,8 +18,8 @@ func Response(buf []byte, req *http.Request) (resp *http.Response, n int, ok boo
 
 // Responses parses responses one after another into the same response,
 // header map and value slab, as Requests does requests: a response it
-// returns is valid until its next Response or Forget. Three allocations
-// of the four a response's head costs are spared.
+// returns is valid until its next Response or Forget. Four allocations
+// of the five a response's head costs are spared.
 type Responses struct {
 	resp http.Response
 	room room

@@ -25,7 +25,7 @@ type ObserverKey struct{}
 // HeadLender is an Observer that lends the round trip where to parse the
 // response's head (httphead.Responses: the response, its header map and
 // value slab), so that its caller's round trips, one after another,
-// reuse them (three allocations per response spared). The caller must
+// reuse them (four allocations per response spared). The caller must
 // not lend the same to another round trip while it uses the response
 // one returned; without a lender each response is parsed into new ones.
 type HeadLender interface {
