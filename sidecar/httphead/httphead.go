@@ -86,8 +86,8 @@ func Complete(buf []byte) bool {
 }
 
 // room is where parse puts a head's fields: a header map and the slab
-// its values' slices are cut from. Kept by a connection (Requests), they
-// serve its next message too, cleared: three allocations a message
+// its values' slices are cut from. Kept by a connection (Requests,
+// Responses), they serve its next message too, cleared: three allocations a message
 // spared (the map, its group, the slab).
 type room struct {
 	header http.Header

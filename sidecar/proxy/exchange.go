@@ -62,7 +62,7 @@ type exchange struct {
 	held     string            // the backend the balancer counts the current attempt on; "" for none
 	reqBytes []byte
 	reqBody  bodyReader    // reqBytes, read by the current attempt
-	fields   *reqbody.Body // the body's fields, parsed once: body, once read
+	fields   *reqbody.Body // the body's fields, parsed once: &body once the body is read, nil before
 	body     reqbody.Body
 	// ctx is the request's context as the handler passes it on (to the
 	// resolver and the transport), answering for the exchange's values;
