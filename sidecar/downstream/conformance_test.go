@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 func TestMain(m *testing.M) { goleakMain(m) }
@@ -75,6 +77,94 @@ var handlers = map[string]http.HandlerFunc{
 		w.Header().Set("Content-Length", "10")
 		io.WriteString(w, "short")
 	},
+	// A proxy's response: the backend's fields listed, the handler's own
+	// headers beside them (a cookie of its own among the backend's).
+	"/fields": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Set-Cookie", "own=1")
+		w.Header().Set("X-Own", "1")
+		writeFields(w, http.StatusOK, httphead.Field{Name: "Content-Type", Value: "application/json"},
+			httphead.Field{Name: "X-A", Value: "1"}, httphead.Field{Name: "Set-Cookie", Value: "b=1"},
+			httphead.Field{Name: "X-A", Value: "2"}, httphead.Field{Name: "Content-Length", Value: "2"})
+		io.WriteString(w, "{}")
+	},
+	"/fields-no-length": func(w http.ResponseWriter, r *http.Request) {
+		writeFields(w, http.StatusCreated, httphead.Field{Name: "X-A", Value: "1"})
+		io.WriteString(w, "hello")
+	},
+	"/fields-stream": func(w http.ResponseWriter, r *http.Request) {
+		writeFields(w, http.StatusOK, httphead.Field{Name: "Content-Type", Value: "text/event-stream"})
+		io.WriteString(w, "data: 1\n\n")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, strings.Repeat("data: 2\n\n", 500))
+	},
+	"/fields-encoded": func(w http.ResponseWriter, r *http.Request) {
+		writeFields(w, http.StatusOK, httphead.Field{Name: "Content-Encoding", Value: "identity"},
+			httphead.Field{Name: "Content-Length", Value: "5"})
+		io.WriteString(w, "<html")
+	},
+	"/fields-sniffed": func(w http.ResponseWriter, r *http.Request) {
+		writeFields(w, http.StatusOK, httphead.Field{Name: "Content-Length", Value: "5"})
+		io.WriteString(w, "<html")
+	},
+	"/fields-close": func(w http.ResponseWriter, r *http.Request) {
+		writeFields(w, http.StatusOK, httphead.Field{Name: "Connection", Value: "close"},
+			httphead.Field{Name: "Content-Length", Value: "3"})
+		io.WriteString(w, "bye")
+	},
+	"/fields-trailer": func(w http.ResponseWriter, r *http.Request) {
+		writeFields(w, http.StatusOK, httphead.Field{Name: "Trailer", Value: "X-Sum"},
+			httphead.Field{Name: "Content-Type", Value: "text/plain"})
+		io.WriteString(w, "body")
+		w.Header().Set("X-Sum", "42")
+	},
+	"/fields-short": func(w http.ResponseWriter, r *http.Request) {
+		writeFields(w, http.StatusOK, httphead.Field{Name: "Content-Length", Value: "10"})
+		io.WriteString(w, "short")
+	},
+	"/fields-no-content": func(w http.ResponseWriter, r *http.Request) {
+		writeFields(w, http.StatusNoContent, httphead.Field{Name: "X-A", Value: "1"},
+			httphead.Field{Name: "Content-Length", Value: "0"})
+	},
+	"/fields-handler-length": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "4")
+		writeFields(w, http.StatusOK, httphead.Field{Name: "X-A", Value: "1"},
+			httphead.Field{Name: "Content-Type", Value: "text/plain"})
+		io.WriteString(w, "body")
+	},
+	"/fields-bad-value": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Own-Padded", "\tb ")
+		writeFields(w, http.StatusOK, httphead.Field{Name: "X-Bad", Value: "a\r\nInjected: 1"},
+			httphead.Field{Name: "X-Padded", Value: " a\t"}, httphead.Field{Name: "X-Bare-Lf", Value: "a\nb"},
+			httphead.Field{Name: "Bad Name", Value: "1"}, httphead.Field{Name: "Content-Length", Value: "1"})
+		io.WriteString(w, "x")
+	},
+}
+
+// writeFields sends fields and w's headers with code, as the sidecar's
+// proxy does: by WriteHeaderFields where w has it (this package's),
+// otherwise (net/http's) with the fields put before w's own values.
+func writeFields(w http.ResponseWriter, code int, fields ...httphead.Field) {
+	if fw, ok := w.(interface {
+		WriteHeaderFields(int, []httphead.Field)
+	}); ok {
+		fw.WriteHeaderFields(code, fields)
+		return
+	}
+	h := w.Header()
+	own := h.Clone()
+	for _, f := range fields {
+		delete(h, f.Name)
+	}
+	for _, f := range fields {
+		h[f.Name] = append(h[f.Name], f.Value)
+	}
+	for _, f := range fields {
+		if vv := own[f.Name]; vv != nil {
+			h[f.Name] = append(h[f.Name], vv...)
+			delete(own, f.Name)
+		}
+	}
+	w.WriteHeader(code)
 }
 
 func mux() http.Handler {

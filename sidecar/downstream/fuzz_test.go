@@ -7,8 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
+	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 // FuzzConnection sends a client's raw bytes, then its end of input:
@@ -84,6 +89,69 @@ func FuzzConnection(f *testing.F) {
 			}
 			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 				t.Fatalf("response %d: body cut: %v", resp.StatusCode, err)
+			}
+		}
+	})
+}
+
+// FuzzWriteHeaderFields: for any response head package httphead lists
+// (a backend's, as the proxy forwards them), a client reads from
+// WriteHeaderFields what it reads from WriteHeader with the same fields
+// put first in the handler's map: statuses, headers, framing, body, and
+// whether the connection carries another request.
+//
+//	go test -run '^$' -fuzz FuzzWriteHeaderFields ./sidecar/downstream/
+func FuzzWriteHeaderFields(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+		"HTTP/1.1 201 Created\r\nSet-Cookie: b=1\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: 3\r\n\r\n",
+		"HTTP/1.1 503 Busy\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTrailer: X-Sum\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nPragma: no-cache\r\nContent-Length: 1\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	var mu sync.Mutex
+	var fields []httphead.Field
+	var code int
+	var length int64
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fs, c, n := slices.Clone(fields), code, length
+		mu.Unlock()
+		w.Header().Add("Set-Cookie", "own=1")
+		w.Header().Set("X-Own", "1")
+		if r.URL.Path == "/fields" {
+			w.(*response).WriteHeaderFields(c, fs)
+		} else {
+			writeFields(struct{ http.ResponseWriter }{w}, c, fs...) // WriteHeader on the merged map
+		}
+		w.Write(bytes.Repeat([]byte("x"), int(n)))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Close()
+	addr := ln.Addr().String()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		p := httphead.Responses{Listed: true}
+		resp, _, ok := p.Response(raw, nil)
+		if !ok || resp.ContentLength > 1<<16 {
+			return
+		}
+		fs, _ := p.Fields(resp)
+		mu.Lock()
+		fields, code, length = fs, resp.StatusCode, resp.ContentLength
+		mu.Unlock()
+		for _, method := range []string{"GET", "HEAD"} {
+			get := func(path string) answer {
+				return ask(t, addr, method+" "+path+" HTTP/1.1\r\nHost: x\r\n\r\n", method)
+			}
+			if got, want := get("/fields"), get("/map"); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s %q:\n got  %+v\nwant %+v (WriteHeader)", method, raw, got, want)
 			}
 		}
 	})

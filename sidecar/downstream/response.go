@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,20 +96,112 @@ func (w *response) WriteHeader(code int) {
 	if !w.bodyAllowed {
 		w.header.Del("Content-Length")
 	}
-	_, hasType := w.header["Content-Type"]
-	w.sniff = !hasType && w.bodyAllowed && w.header.Get("Content-Encoding") == ""
-	_, w.hasDate = w.header["Date"]
-	w.saidClose = httpguts.HeaderValuesContainsToken(w.header["Connection"], "close")
-	w.closeAfter = w.closeAfter || w.saidClose
-	for _, v := range w.header["Trailer"] {
-		for name := range strings.SplitSeq(v, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				w.trailerNames = append(w.trailerNames, textproto.CanonicalMIMEHeaderKey(name))
-			}
-		}
-	}
+	w.noteHeaders(nil)
 	w.writeStatusLine(code)
 	w.writeHeaders()
+}
+
+// WriteHeaderFields is WriteHeader(code) for the handler's headers
+// added to fields: fields are sent first, in their order, then the
+// handler's (a name in both has the fields' values first). For a
+// proxy's backend's fields as package httphead lists them, forwarded
+// without a map of their own.
+func (w *response) WriteHeaderFields(code int, fields []httphead.Field) {
+	if w.done || w.status != 0 {
+		return // as WriteHeader: a second final status is ignored
+	}
+	length, ok := fieldsLength(fields)
+	if !ok || code < 200 || code > 999 || code == http.StatusNoContent || code == http.StatusNotModified ||
+		w.header["Content-Length"] != nil {
+		// WriteHeader decides the rest (the framing a status or a
+		// length of the handler's allows), on the fields put in the map.
+		for i, f := range fields {
+			if !slices.ContainsFunc(fields[:i], func(g httphead.Field) bool { return g.Name == f.Name }) {
+				var vv []string
+				for _, g := range fields[i:] {
+					if g.Name == f.Name {
+						vv = append(vv, g.Value)
+					}
+				}
+				w.header[f.Name] = append(vv, w.header[f.Name]...)
+			}
+		}
+		w.WriteHeader(code)
+		return
+	}
+	w.status, w.bodyAllowed, w.length = code, true, length
+	w.noteHeaders(fields)
+	w.writeStatusLine(code)
+	for _, f := range fields {
+		if !skipHeader(f.Name) && !w.isTrailer(f.Name) {
+			w.writeLine(f.Name, f.Value)
+		}
+	}
+	w.writeHeaders()
+}
+
+// fieldsLength is the body length fields give, -1 for none; false for
+// more than one Content-Length or one that is not a length.
+func fieldsLength(fields []httphead.Field) (length int64, ok bool) {
+	length = -1
+	for _, f := range fields {
+		if f.Name != "Content-Length" {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(f.Value), 10, 64)
+		if length >= 0 || err != nil || n < 0 {
+			return 0, false
+		}
+		length = n
+	}
+	return length, true
+}
+
+// noteHeaders notes what the framing reads of the headers to send:
+// fields, then the handler's.
+func (w *response) noteHeaders(fields []httphead.Field) {
+	var hasType, encoded bool
+	var encoding string
+	w.hasDate, w.saidClose = false, false
+	for _, f := range fields {
+		switch f.Name {
+		case "Content-Type":
+			hasType = true
+		case "Date":
+			w.hasDate = true
+		case "Content-Encoding":
+			if !encoded {
+				encoding, encoded = f.Value, true // the first value, as Get's
+			}
+		case "Connection":
+			w.saidClose = w.saidClose || httpguts.HeaderValuesContainsToken([]string{f.Value}, "close")
+		case "Trailer":
+			w.noteTrailers(f.Value)
+		}
+	}
+	if len(w.header) > 0 { // a proxied response's are the backend's fields, mostly
+		_, typed := w.header["Content-Type"]
+		_, dated := w.header["Date"]
+		hasType, w.hasDate = hasType || typed, w.hasDate || dated
+		if vv := w.header["Content-Encoding"]; !encoded && len(vv) > 0 {
+			encoding = vv[0] // Get's
+		}
+		w.saidClose = w.saidClose || httpguts.HeaderValuesContainsToken(w.header["Connection"], "close")
+		for _, v := range w.header["Trailer"] {
+			w.noteTrailers(v)
+		}
+	}
+	w.sniff = !hasType && w.bodyAllowed && encoding == ""
+	w.closeAfter = w.closeAfter || w.saidClose
+}
+
+// noteTrailers adds the names a Trailer value announces.
+func (w *response) noteTrailers(v string) {
+	for name := range strings.SplitSeq(v, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			w.trailerNames = append(w.trailerNames, textproto.CanonicalMIMEHeaderKey(name))
+		}
+	}
 }
 
 // writeContinue answers a client that asked for 100 Continue, unless the
@@ -123,6 +216,10 @@ func (w *response) writeContinue() {
 
 func (w *response) writeStatusLine(code int) {
 	bw := w.c.writer()
+	if code == http.StatusOK && w.req.ProtoAtLeast(1, 1) {
+		bw.WriteString("HTTP/1.1 200 OK\r\n") // most
+		return
+	}
 	if w.req.ProtoAtLeast(1, 1) {
 		bw.WriteString("HTTP/1.1 ")
 	} else {
@@ -173,20 +270,42 @@ var lineBreaksToSpaces = strings.NewReplacer("\r", " ", "\n", " ")
 // unless its name is not valid (net/http drops those too); a line break
 // in a value becomes a space.
 func (w *response) writeField(name string, vv []string) {
+	for _, v := range vv {
+		w.writeLine(name, v)
+	}
+}
+
+// writeLine is writeField of one value.
+func (w *response) writeLine(name, v string) {
 	if !httpguts.ValidHeaderFieldName(name) {
 		return
 	}
 	bw := w.c.writer()
-	for _, v := range vv {
-		bw.WriteString(name)
-		bw.WriteString(": ")
+	bw.WriteString(name)
+	bw.WriteString(": ")
+	if !plainValue(v) {
 		v = strings.Trim(v, " \t")
 		if strings.ContainsAny(v, "\r\n") {
 			v = lineBreaksToSpaces.Replace(v)
 		}
-		bw.WriteString(v)
-		bw.WriteString("\r\n")
 	}
+	bw.WriteString(v)
+	bw.WriteString("\r\n")
+}
+
+// plainValue reports whether v is sent as it is: no space or tab at
+// its ends, no line break (most values; strings.Trim and ContainsAny
+// build a set of bytes on every call).
+func plainValue(v string) bool {
+	if v != "" && (v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\r' || v[i] == '\n' {
+			return false
+		}
+	}
+	return true
 }
 
 // Write sends body bytes, framing the response first if it is not yet.

@@ -20,6 +20,7 @@ package httphead
 import (
 	"bytes"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ import (
 type head struct {
 	first  string // the start line, without its CRLF; a slice of the head's one string
 	header http.Header
+	// list, when the head was parsed into a list (room.list): every field
+	// is there, in order, and header holds only the Content-Type's.
+	list *[]Field
 
 	te            bool   // a Transfer-Encoding field
 	hosts         int    // Host fields
@@ -85,28 +89,41 @@ func Complete(buf []byte) bool {
 	return n > 0
 }
 
+// Field is one header field as net/http's Header holds it: the name in
+// canonical form, the value trimmed of spaces and tabs.
+type Field struct{ Name, Value string }
+
 // room is where parse puts a head's fields: a header map and the slab
-// its values' slices are cut from. Kept by a connection (Requests,
-// Responses), they serve its next message too, cleared: three allocations a message
-// spared (the map, its group, the slab).
+// its values' slices are cut from, or a list of them. Kept by a
+// connection (Requests, Responses), they serve its next message too,
+// cleared: three allocations a message spared (the map, its group, the
+// slab).
 type room struct {
 	header http.Header
 	values []string
+	list   []Field
 }
 
 // forget drops what r's last message left in them, keeping their room.
 func (r *room) forget() {
 	clear(r.header)
 	clear(r.values[:cap(r.values)])
+	clear(r.list[:cap(r.list)])
+	r.list = r.list[:0]
 }
+
+// used reports whether r holds a message not forgotten since.
+func (r *room) used() bool { return len(r.header) > 0 || len(r.list) > 0 }
 
 // parse copies the head of buf[:n] into one string and its fields into
 // a header, as textproto.ReadMIMEHeader would, or reports false for a
 // field it leaves to net/http. With dropHost the Host fields are noted
 // but left out of the header (ReadRequest deletes them). The header is
 // keep's map and slab when keep is not nil (the message before's
-// cleared), new ones otherwise.
-func parse(buf []byte, n, fields int, dropHost bool, keep *room) (h head, ok bool) {
+// cleared), new ones otherwise. With list (and keep), the fields go into
+// keep's list in the order they came instead, and the header holds only
+// the Content-Type's values.
+func parse(buf []byte, n, fields int, dropHost bool, keep *room, list bool) (h head, ok bool) {
 	if fields > maxFields {
 		return head{}, false
 	}
@@ -114,7 +131,7 @@ func parse(buf []byte, n, fields int, dropHost bool, keep *room) (h head, ok boo
 	eol := indexCRLF(s)
 	h.first = s[:eol]
 	rest := s[eol+2:]
-	var kv [maxFields]struct{ key, value string }
+	var kv [maxFields]Field
 	nkv := 0
 	for {
 		eol := indexCRLF(rest)
@@ -151,8 +168,13 @@ func parse(buf []byte, n, fields int, dropHost bool, keep *room) (h head, ok boo
 		case "Connection":
 			h.connection = true
 		}
-		kv[nkv].key, kv[nkv].value = key, value
+		kv[nkv] = Field{key, value}
 		nkv++
+	}
+	if list {
+		h.list = &keep.list
+		h.header = keep.listed(kv[:nkv])
+		return h, true
 	}
 	// Each name hashed once: a repeated name (rare) is found among those
 	// before it, not by a lookup per field.
@@ -167,32 +189,63 @@ func parse(buf []byte, n, fields int, dropHost bool, keep *room) (h head, ok boo
 		if cap(keep.values) < nkv {
 			keep.values = make([]string, nkv)
 		}
-		if len(keep.header) > 0 { // not forgotten since (values go with fields)
+		if keep.used() { // not forgotten since
 			keep.forget()
 		}
 		h.header, strs = keep.header, keep.values[:nkv]
 	}
 	for i := 0; i < nkv; i++ {
-		if seen(kv[:i], kv[i].key) {
+		if seen(kv[:i], kv[i].Name) {
 			continue
 		}
 		vv := strs[:1:1]
 		strs = strs[1:]
-		vv[0] = kv[i].value
+		vv[0] = kv[i].Value
 		for j := i + 1; j < nkv; j++ {
-			if kv[j].key == kv[i].key {
-				vv = append(vv, kv[j].value)
+			if kv[j].Name == kv[i].Name {
+				vv = append(vv, kv[j].Value)
 			}
 		}
-		h.header[kv[i].key] = vv
+		h.header[kv[i].Name] = vv
 	}
 	return h, true
 }
 
-// seen reports whether key is among kv's keys.
-func seen(kv []struct{ key, value string }, key string) bool {
+// listed keeps kv as r's list (the message before's cleared) and
+// returns r's header with only kv's Content-Type values in it.
+func (r *room) listed(kv []Field) http.Header {
+	if r.used() {
+		r.forget()
+	}
+	if r.header == nil {
+		r.header = make(http.Header, 1)
+	}
+	r.list = append(r.list, kv...)
+	types := 0
 	for _, f := range kv {
-		if f.key == key {
+		if f.Name == "Content-Type" {
+			types++
+		}
+	}
+	if types > 0 {
+		if cap(r.values) < types {
+			r.values = make([]string, types)
+		}
+		vv := r.values[:0:types]
+		for _, f := range kv {
+			if f.Name == "Content-Type" {
+				vv = append(vv, f.Value)
+			}
+		}
+		r.header["Content-Type"] = vv
+	}
+	return r.header
+}
+
+// seen reports whether name is among kv's names.
+func seen(kv []Field, name string) bool {
+	for _, f := range kv {
+		if f.Name == name {
 			return true
 		}
 	}
@@ -347,6 +400,10 @@ func (h *head) contentLength() (int64, bool) {
 // fixPragmaCacheControl is net/http's (RFC 7234, section 5.4).
 func (h *head) fixPragmaCacheControl() {
 	if h.pragmaNoCache && !h.cacheControl {
+		if h.list != nil {
+			*h.list = append(*h.list, Field{"Cache-Control", "no-cache"})
+			return
+		}
 		h.header["Cache-Control"] = []string{"no-cache"}
 	}
 }
@@ -354,16 +411,32 @@ func (h *head) fixPragmaCacheControl() {
 // shouldClose is net/http's: whether the connection closes after this
 // message.
 func (h *head) shouldClose(major, minor int, removeCloseHeader bool) bool {
-	var conv []string
-	if h.connection {
-		conv = h.header["Connection"]
-	}
-	hasClose := httpguts.HeaderValuesContainsToken(conv, "close")
+	hasClose := h.connectionHas("close")
 	if major == 1 && minor == 0 {
-		return hasClose || !httpguts.HeaderValuesContainsToken(conv, "keep-alive")
+		return hasClose || !h.connectionHas("keep-alive")
 	}
 	if hasClose && removeCloseHeader {
-		delete(h.header, "Connection")
+		if h.list != nil {
+			*h.list = slices.DeleteFunc(*h.list, func(f Field) bool { return f.Name == "Connection" })
+		} else {
+			delete(h.header, "Connection")
+		}
 	}
 	return hasClose
+}
+
+// connectionHas reports whether the Connection fields name token.
+func (h *head) connectionHas(token string) bool {
+	switch {
+	case !h.connection:
+		return false
+	case h.list == nil:
+		return httpguts.HeaderValuesContainsToken(h.header["Connection"], token)
+	}
+	for _, f := range *h.list {
+		if f.Name == "Connection" && httpguts.HeaderValuesContainsToken([]string{f.Value}, token) {
+			return true
+		}
+	}
+	return false
 }

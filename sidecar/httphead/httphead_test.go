@@ -64,6 +64,9 @@ var (
 		"HTTP/1.1 200\r\nContent-Length: 4\r\nPragma: no-cache\r\n\r\nab",
 		"HTTP/1.1   404   Not  Found\r\ncontent-length: 0\r\nSet-Cookie: a\r\nSet-Cookie: b\r\n\r\n",
 		"HTTP/1.1 999 Odd\r\nContent-Length: 0\r\nTrailer: X\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-A: 1\r\ncontent-type: text/html\r\nX-A: 2\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nConnection: Keep-Alive, close\r\nContent-Length: 0\r\nConnection: x\r\nCache-Control: no-store\r\nPragma: no-cache\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nConnection: x, keep-alive\r\nContent-Length: 0\r\n\r\n",
 	}
 	leftResponses = []string{
 		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
@@ -176,9 +179,9 @@ func usedRequests() *Requests {
 	return &r
 }
 
-// usedResponses is the same for Responses.
-func usedResponses() *Responses {
-	var p Responses
+// usedResponses is the same for Responses, Listed or not.
+func usedResponses(listed bool) *Responses {
+	p := Responses{Listed: listed}
 	post, _ := http.NewRequest(http.MethodPost, "http://b/", nil)
 	for i, s := range append(takenResponses, leftResponses...) {
 		p.Response([]byte(s), post)
@@ -202,15 +205,24 @@ func TestForget(t *testing.T) {
 		t.Fatalf("request kept: %+v %+v", r.req, r.url)
 	}
 	checkForgotten(t, &r.room)
-	var p Responses
-	if _, _, ok := p.Response([]byte(takenResponses[0]), nil); !ok {
-		t.Fatal("declined")
+	for _, listed := range []bool{false, true} {
+		p := Responses{Listed: listed}
+		resp, _, ok := p.Response([]byte(takenResponses[0]), nil)
+		if !ok {
+			t.Fatal("declined")
+		}
+		if _, ok := p.Fields(resp); ok != listed {
+			t.Fatalf("Listed %v: fields listed %v", listed, ok)
+		}
+		p.Forget()
+		if !reflect.DeepEqual(p.resp, http.Response{}) {
+			t.Fatalf("response kept: %+v", p.resp)
+		}
+		if _, ok := p.Fields(resp); ok {
+			t.Fatal("fields of a forgotten response")
+		}
+		checkForgotten(t, &p.room)
 	}
-	p.Forget()
-	if !reflect.DeepEqual(p.resp, http.Response{}) {
-		t.Fatalf("response kept: %+v", p.resp)
-	}
-	checkForgotten(t, &p.room)
 }
 
 func checkForgotten(t *testing.T, r *room) {
@@ -223,6 +235,14 @@ func checkForgotten(t *testing.T, r *room) {
 			t.Fatalf("value %d kept: %q", i, v)
 		}
 	}
+	if len(r.list) != 0 {
+		t.Fatalf("list kept: %v", r.list)
+	}
+	for i, f := range r.list[:cap(r.list)] {
+		if f != (Field{}) {
+			t.Fatalf("field %d kept: %v", i, f)
+		}
+	}
 }
 
 func checkResponse(t *testing.T, raw []byte, req *http.Request) (taken bool) {
@@ -230,11 +250,12 @@ func checkResponse(t *testing.T, raw []byte, req *http.Request) (taken bool) {
 	of := func(r *http.Response) message { return message{responseFieldsOf(r), r.Body, r.ContentLength} }
 	return check(t, raw, func(raw []byte) (message, int, bool) {
 		r, n, ok := Response(raw, req)
-		used := usedResponses()
+		used := usedResponses(false)
 		ru, nu, oku := used.Response(raw, req)
 		if nu != n || oku != ok || (r == nil) != (ru == nil) || r != nil && !reflect.DeepEqual(responseFieldsOf(r), responseFieldsOf(ru)) {
 			t.Fatalf("a used parser read %q otherwise:\n got %+v\nwant %+v", raw, ru, r)
 		}
+		checkListed(t, raw, req, r, n, ok)
 		if r == nil {
 			return message{}, n, ok
 		}
@@ -246,6 +267,41 @@ func checkResponse(t *testing.T, raw []byte, req *http.Request) (taken bool) {
 		}
 		return of(r), nil
 	})
+}
+
+// checkListed: a used Listed parser takes raw as one that is not (r,
+// n, ok), its fields hold what r's Header holds, value by value in the
+// same order, and its Header only r's Content-Type.
+func checkListed(t *testing.T, raw []byte, req *http.Request, r *http.Response, n int, ok bool) {
+	t.Helper()
+	p := usedResponses(true)
+	rl, nl, okl := p.Response(raw, req)
+	if nl != n || okl != ok || (rl == nil) != (r == nil) {
+		t.Fatalf("listed, %q read otherwise: %v %d %v, not %v %d %v", raw, rl, nl, okl, r, n, ok)
+	}
+	if rl == nil {
+		return
+	}
+	fields, listed := p.Fields(rl)
+	if !listed {
+		t.Fatalf("listed, %q: no fields", raw)
+	}
+	header := http.Header{}
+	for _, f := range fields {
+		header[f.Name] = append(header[f.Name], f.Value)
+	}
+	got, want := responseFieldsOf(rl), responseFieldsOf(r)
+	got.Header = header
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("listed, %q:\n got %+v\nwant %+v", raw, got, want)
+	}
+	types := http.Header{}
+	if v, ok := r.Header["Content-Type"]; ok {
+		types["Content-Type"] = v
+	}
+	if !reflect.DeepEqual(rl.Header, types) {
+		t.Fatalf("listed, %q: header %v, want %v", raw, rl.Header, types)
+	}
 }
 
 // checkBody: a Body of length bytes over rest reads what net/http's

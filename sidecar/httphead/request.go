@@ -38,7 +38,7 @@ func (r *Requests) Request(buf []byte) (req *http.Request, n int, ok bool) {
 	if n == 0 {
 		return nil, 0, false
 	}
-	h, ok := parse(buf, n, fields, true, &r.room)
+	h, ok := parse(buf, n, fields, true, &r.room, false)
 	if !ok {
 		return nil, 0, false
 	}

@@ -21,24 +21,47 @@ func Response(buf []byte, req *http.Request) (resp *http.Response, n int, ok boo
 // returns is valid until its next Response or Forget. Four allocations
 // of the five a response's head costs are spared.
 type Responses struct {
-	resp http.Response
-	room room
+	// Listed: a response's header fields go into a list, in the order
+	// they came (Fields), and its Header holds only its Content-Type
+	// values: what a proxy that forwards the fields as they are reads of
+	// them. The map of every field is not built.
+	Listed bool
+
+	resp   http.Response
+	room   room
+	listed bool // resp's fields are room.list
 }
 
 // Forget drops the last response, so that nothing of it stays reachable
 // from p.
 func (p *Responses) Forget() {
-	p.resp = http.Response{}
+	p.resp, p.listed = http.Response{}, false
 	p.room.forget()
+}
+
+// Fields returns the header fields of resp in the order they came, and
+// true, when resp is the response p last parsed Listed; false for any
+// other (one net/http read, for a head this package left to it). They
+// are what net/http's Header would hold, field by field: canonical
+// names, trimmed values, Cache-Control added after a Pragma: no-cache,
+// Connection dropped when it says close (HTTP/1.1). Valid, like resp,
+// until p's next Response or Forget; the caller may reorder or shorten
+// the slice.
+func (p *Responses) Fields(resp *http.Response) ([]Field, bool) {
+	if !p.listed || resp != &p.resp {
+		return nil, false
+	}
+	return p.room.list, true
 }
 
 // Response is the package's Response, into p's response.
 func (p *Responses) Response(buf []byte, req *http.Request) (resp *http.Response, n int, ok bool) {
+	p.listed = false
 	n, fields := find(buf)
 	if n == 0 || req != nil && req.Method == http.MethodHead {
 		return nil, 0, false
 	}
-	h, ok := parse(buf, n, fields, false, &p.room)
+	h, ok := parse(buf, n, fields, false, &p.room, p.Listed)
 	if !ok || h.te {
 		return nil, 0, false
 	}
@@ -71,6 +94,7 @@ func (p *Responses) Response(buf []byte, req *http.Request) (resp *http.Response
 		Close:         h.shouldClose(major, minor, true),
 		Request:       req,
 	}
+	p.listed = p.Listed
 	return &p.resp, n, true
 }
 

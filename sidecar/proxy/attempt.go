@@ -9,9 +9,12 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 // The outbound request and the relay of an attempt's response: what
@@ -209,19 +212,27 @@ func (x *exchange) attempt(out *http.Request) {
 		x.upErr = errNoUpgrade
 		return
 	}
-	removeHopByHop(resp.Header)
-	x.respond(resp)
 	dst := x.Header()
-	mergeHeader(dst, resp.Header, "")
 	announced := len(resp.Trailer)
-	if announced > 0 {
-		names := make([]string, 0, announced)
-		for k := range resp.Trailer {
-			names = append(names, k)
+	if fields, ok := x.listed(resp); ok {
+		// The backend's fields go to the client as they are listed,
+		// less the hop-by-hop ones and those tether's own replace;
+		// tether's headers go in the client's map beside them.
+		x.respond(resp, dst)
+		x.writeHeaderFields(resp.StatusCode, x.forwardable(fields))
+	} else {
+		removeHopByHop(resp.Header)
+		x.respond(resp, resp.Header)
+		mergeHeader(dst, resp.Header, "")
+		if announced > 0 {
+			names := make([]string, 0, announced)
+			for k := range resp.Trailer {
+				names = append(names, k)
+			}
+			dst.Add("Trailer", strings.Join(names, ", "))
 		}
-		dst.Add("Trailer", strings.Join(names, ", "))
+		x.WriteHeader(resp.StatusCode)
 	}
-	x.WriteHeader(resp.StatusCode)
 	if err := x.copyBody(resp); err != nil {
 		resp.Body.Close()
 		if x.in.Context().Value(http.ServerContextKey) == nil {
@@ -238,6 +249,78 @@ func (x *exchange) attempt(out *http.Request) {
 	} else {
 		mergeHeader(dst, resp.Trailer, http.TrailerPrefix)
 	}
+}
+
+// listed returns the fields of a response parsed into a list, for a
+// client's writer that sends them as they are (fieldsWriter): the
+// exchange lent the transport its client connection's heads, Listed.
+func (x *exchange) listed(resp *http.Response) ([]httphead.Field, bool) {
+	if x.listing == nil {
+		return nil, false
+	}
+	return x.heads.Fields(resp)
+}
+
+// forwardable is removeHopByHop for a backend's listed fields, and
+// respond's replacing of the session tokens' headers: it drops, in
+// place, the hop-by-hop fields, those a Connection field names, and
+// those named as a token of the decision.
+func (x *exchange) forwardable(fields []httphead.Field) []httphead.Field {
+	var named []string // by Connection fields; rare from a backend
+	for _, f := range fields {
+		if f.Name == "Connection" {
+			for name := range strings.SplitSeq(f.Value, ",") {
+				if name = textproto.TrimString(name); name != "" {
+					named = append(named, textproto.CanonicalMIMEHeaderKey(name))
+				}
+			}
+		}
+	}
+	kept := fields[:0]
+	for _, f := range fields {
+		if !hopByHop(f.Name) && !slices.Contains(named, f.Name) && !x.replaces(f.Name) {
+			kept = append(kept, f)
+		}
+	}
+	clear(fields[len(kept):])
+	return kept
+}
+
+// hopByHop reports whether a canonical name is one of hopHeaders.
+func hopByHop(name string) bool {
+	switch name {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// replaces reports whether a session token of the decision is sent
+// under the canonical name, in place of any value the backend set.
+func (x *exchange) replaces(name string) bool {
+	for _, t := range x.d.Tokens {
+		if textproto.CanonicalMIMEHeaderKey(t.Name) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldsWriter is a client's writer that sends a backend's fields as
+// package httphead lists them, before the handler's headers (package
+// downstream's response): a proxied response's headers then go through
+// no map. The heads an upstream.HeadLender lends are parsed Listed for
+// it.
+type fieldsWriter interface {
+	WriteHeaderFields(code int, fields []httphead.Field)
+}
+
+// writeHeaderFields is WriteHeader with a backend's listed fields, sent
+// by the client's fieldsWriter.
+func (x *exchange) writeHeaderFields(code int, fields []httphead.Field) {
+	x.noteStatus(code)
+	x.listing.WriteHeaderFields(code, fields)
 }
 
 // mergeHeader adds src's values to dst, each name with prefix before it.

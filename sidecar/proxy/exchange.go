@@ -117,6 +117,10 @@ type exchange struct {
 	// heads is where the transport parses each attempt's response head:
 	// the client connection's, when its server lends them (ResponseHeads).
 	heads *httphead.Responses
+	// listing is the client's writer when it sends listed fields: heads
+	// are then parsed Listed, and a response parsed so is relayed
+	// without a header map (attempt).
+	listing fieldsWriter
 
 	trace httptrace.ClientTrace
 	// clock is the first-byte timeout when the pool's transport cannot

@@ -229,6 +229,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{recorder: recorder{ResponseWriter: w}, h: h, in: r, start: h.o.Now()}
 	if l, ok := w.(upstream.HeadLender); ok {
 		x.heads = l.ResponseHeads()
+		x.listing, x.heads.Listed = w.(fieldsWriter)
 	}
 	defer x.finish()
 	x.identify()
@@ -350,17 +351,19 @@ func sameHeaderName(a, b string) bool {
 // respond notes that the backend answered, watches the body it streams
 // (and, for a stored response, lets the resolver learn its id), writes
 // the session tokens of the decision that answered (after a retry, the
-// second one), replacing any a backend set, and adds its token cookie
-// beside the backend's own cookies.
-func (x *exchange) respond(resp *http.Response) {
+// second one) in h, replacing any a backend set there, and adds its
+// token cookie beside the backend's own cookies. h is the response's
+// header, or for a listed response the client's (the backend's token
+// fields are then left out: forwardable).
+func (x *exchange) respond(resp *http.Response, h http.Header) {
 	x.answeredOrNot()
 	x.answered(resp)
 	for _, t := range x.d.Tokens {
-		resp.Header.Set(t.Name, t.Value)
+		h.Set(t.Name, t.Value)
 	}
 	x.pool.Resolver.Answered(x.d, resp)
 	for _, c := range x.d.Cookies {
-		resp.Header.Add("Set-Cookie", c)
+		h.Add("Set-Cookie", c)
 	}
 }
 
@@ -400,11 +403,16 @@ type recorder struct {
 }
 
 func (r *recorder) WriteHeader(code int) {
+	r.noteStatus(code)
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// noteStatus records a status about to be written.
+func (r *recorder) noteStatus(code int) {
 	if r.code == 0 && code >= 200 {
 		r.code = code
 	}
 	r.wrote = true
-	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *recorder) Write(b []byte) (int, error) {

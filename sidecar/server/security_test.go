@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -417,4 +418,50 @@ func TestRedisDownAtStartup(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A backend cannot hand the client a session token: the sidecar's
+// replaces any the backend sent under the token's name, in any
+// spelling, while the backend's own cookies go out beside the
+// sidecar's token cookie and its hop-by-hop fields do not.
+func TestBackendCannotSetTheSessionToken(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("X-Session-Token", "forged")
+		w.Header()["x-session-token"] = []string{"forged-too"}
+		w.Header().Add("Set-Cookie", "b=1")
+		w.Header().Set("Connection", "X-Hop")
+		w.Header().Set("X-Hop", "1")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(backend.Close)
+	doc := configFor("default/m", []string{strings.TrimPrefix(backend.URL, "http://")},
+		`[{type: Token, name: x-session-token}, {type: Header, name: X-Session-ID}]`, "") +
+		"    sessionToken: {keyFile: " + writeKey(t) + ", cookie: {name: tether-session}}\n"
+	sc := startSidecar(t, doc)
+	for i := 0; i < 3; i++ { // a fresh connection, then reused ones
+		req, _ := http.NewRequest("POST", sc.url("default/m", "/v1/completions"), strings.NewReader("{}"))
+		req.Header.Set("X-Session-ID", "s1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		tokens := resp.Header.Values("X-Session-Token")
+		if len(tokens) != 1 || strings.HasPrefix(tokens[0], "forged") {
+			t.Fatalf("session tokens %q: want the sidecar's alone", tokens)
+		}
+		var cookies []string
+		for _, c := range resp.Cookies() {
+			cookies = append(cookies, c.Name)
+		}
+		if !slices.Equal(cookies, []string{"b", "tether-session"}) {
+			t.Fatalf("cookies %v: want the backend's, then the sidecar's", cookies)
+		}
+		if resp.Header.Get("X-Hop") != "" || resp.Header.Get("Connection") != "" {
+			t.Fatalf("hop-by-hop fields reached the client: %v", resp.Header)
+		}
+	}
 }
