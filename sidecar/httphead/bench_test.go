@@ -27,6 +27,15 @@ func BenchmarkRequest(b *testing.B) {
 			}
 		}
 	})
+	b.Run("httphead-reused", func(b *testing.B) { // a connection's, as the sidecar parses
+		b.ReportAllocs()
+		var p Requests
+		for b.Loop() {
+			if _, _, ok := p.Request(raw); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
 	b.Run("net/http", func(b *testing.B) {
 		netHTTP(b, raw, func(br *bufio.Reader) error {
 			_, err := http.ReadRequest(br)
@@ -46,6 +55,21 @@ func BenchmarkResponse(b *testing.B) {
 			}
 		}
 	})
+	for _, listed := range []bool{false, true} {
+		name := "httphead-reused"
+		if listed {
+			name = "httphead-listed" // as the sidecar parses its backends' answers
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			p := Responses{Listed: listed}
+			for b.Loop() {
+				if _, _, ok := p.Response(raw, req); !ok {
+					b.Fatal("declined")
+				}
+			}
+		})
+	}
 	b.Run("net/http", func(b *testing.B) {
 		netHTTP(b, raw, func(br *bufio.Reader) error {
 			_, err := http.ReadResponse(br, req)
