@@ -27,13 +27,6 @@ import (
 // value. The behaviour is ReverseProxy's, rule for rule (the tests of
 // package server and attempt_test.go pin it).
 
-// hopHeaders are the hop-by-hop headers (RFC 9110 7.6.1, and RFC 2616's
-// list, which ReverseProxy still removes), canonical.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
 // Header values shared by every request; a header map never appends to
 // them in place (their length is their capacity).
 var (
@@ -55,8 +48,10 @@ func removeHopByHop(h http.Header) {
 			}
 		}
 	}
-	for _, k := range hopHeaders {
-		delete(h, k)
+	for k := range h {
+		if hopByHop(k) {
+			delete(h, k)
+		}
 	}
 }
 
@@ -286,7 +281,9 @@ func (x *exchange) forwardable(fields []httphead.Field) []httphead.Field {
 	return kept
 }
 
-// hopByHop reports whether a canonical name is one of hopHeaders.
+// hopByHop reports whether a canonical name is a hop-by-hop header's
+// (RFC 9110 7.6.1, and RFC 2616's list, which ReverseProxy still
+// removes).
 func hopByHop(name string) bool {
 	switch name {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
@@ -297,14 +294,36 @@ func hopByHop(name string) bool {
 }
 
 // replaces reports whether a session token of the decision is sent
-// under the canonical name, in place of any value the backend set.
+// under the canonical name, in place of any value the backend set: its
+// name in any case (for a valid name, what Header.Set's canonical key
+// matches), compared without making the canonical form.
 func (x *exchange) replaces(name string) bool {
 	for _, t := range x.d.Tokens {
-		if textproto.CanonicalMIMEHeaderKey(t.Name) == name {
+		if asciiFold(t.Name, name) {
 			return true
 		}
 	}
 	return false
+}
+
+// asciiFold reports whether a and b are equal but for ASCII letter case.
+func asciiFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // fieldsWriter is a client's writer that sends a backend's fields as
