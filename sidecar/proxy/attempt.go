@@ -306,26 +306,6 @@ func (x *exchange) replaces(name string) bool {
 	return false
 }
 
-// asciiFold reports whether a and b are equal but for ASCII letter case.
-func asciiFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
-
 // fieldsWriter is a client's writer that sends a backend's fields as
 // package httphead lists them, before the handler's headers (package
 // downstream's response): a proxied response's headers then go through

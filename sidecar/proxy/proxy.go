@@ -323,29 +323,33 @@ func (h *Handler) stripRouting(hdr http.Header) {
 
 // sameHeaderName compares header names ASCII case-insensitively, with '_'
 // and '-' equal.
-func sameHeaderName(a, b string) bool {
+func sameHeaderName(a, b string) bool { return foldEqual(a, b, true) }
+
+// asciiFold reports whether a and b are equal but for ASCII letter case.
+func asciiFold(a, b string) bool { return foldEqual(a, b, false) }
+
+// foldEqual compares a and b with ASCII letters in either case equal,
+// and '_' and '-' too with underscores.
+func foldEqual(a, b string, underscores bool) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if x == '_' {
-			x = '-'
-		}
-		if y == '_' {
-			y = '-'
-		}
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
+		if fold(a[i], underscores) != fold(b[i], underscores) {
 			return false
 		}
 	}
 	return true
+}
+
+func fold(c byte, underscores bool) byte {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	case c == '_' && underscores:
+		return '-'
+	}
+	return c
 }
 
 // respond notes that the backend answered, watches the body it streams
