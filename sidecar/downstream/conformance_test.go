@@ -150,20 +150,7 @@ func writeFields(w http.ResponseWriter, code int, fields ...httphead.Field) {
 		fw.WriteHeaderFields(code, fields)
 		return
 	}
-	h := w.Header()
-	own := h.Clone()
-	for _, f := range fields {
-		delete(h, f.Name)
-	}
-	for _, f := range fields {
-		h[f.Name] = append(h[f.Name], f.Value)
-	}
-	for _, f := range fields {
-		if vv := own[f.Name]; vv != nil {
-			h[f.Name] = append(h[f.Name], vv...)
-			delete(own, f.Name)
-		}
-	}
+	prependFields(w.Header(), fields)
 	w.WriteHeader(code)
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"net/textproto"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,17 +114,7 @@ func (w *response) WriteHeaderFields(code int, fields []httphead.Field) {
 		w.header["Content-Length"] != nil {
 		// WriteHeader decides the rest (the framing a status or a
 		// length of the handler's allows), on the fields put in the map.
-		for i, f := range fields {
-			if !slices.ContainsFunc(fields[:i], func(g httphead.Field) bool { return g.Name == f.Name }) {
-				var vv []string
-				for _, g := range fields[i:] {
-					if g.Name == f.Name {
-						vv = append(vv, g.Value)
-					}
-				}
-				w.header[f.Name] = append(vv, w.header[f.Name]...)
-			}
-		}
+		prependFields(w.header, fields)
 		w.WriteHeader(code)
 		return
 	}
@@ -138,6 +127,15 @@ func (w *response) WriteHeaderFields(code int, fields []httphead.Field) {
 		}
 	}
 	w.writeHeaders()
+}
+
+// prependFields puts fields in h, in their order, before the values h
+// holds under the same names.
+func prependFields(h http.Header, fields []httphead.Field) {
+	for i := len(fields) - 1; i >= 0; i-- {
+		f := fields[i]
+		h[f.Name] = append([]string{f.Value}, h[f.Name]...)
+	}
 }
 
 // fieldsLength is the body length fields give, -1 for none; false for
@@ -162,7 +160,6 @@ func fieldsLength(fields []httphead.Field) (length int64, ok bool) {
 func (w *response) noteHeaders(fields []httphead.Field) {
 	var hasType, encoded bool
 	var encoding string
-	w.hasDate, w.saidClose = false, false
 	for _, f := range fields {
 		switch f.Name {
 		case "Content-Type":

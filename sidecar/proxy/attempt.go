@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -42,15 +43,24 @@ var (
 // hop-by-hop ones.
 func removeHopByHop(h http.Header) {
 	for _, f := range h["Connection"] {
-		for name := range strings.SplitSeq(f, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				h.Del(name)
-			}
+		for name := range connectionNames(f) {
+			h.Del(name)
 		}
 	}
 	for k := range h {
 		if hopByHop(k) {
 			delete(h, k)
+		}
+	}
+}
+
+// connectionNames are the names a Connection value lists.
+func connectionNames(v string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.TrimString(name); name != "" && !yield(name) {
+				return
+			}
 		}
 	}
 }
@@ -264,10 +274,8 @@ func (x *exchange) forwardable(fields []httphead.Field) []httphead.Field {
 	var named []string // by Connection fields; rare from a backend
 	for _, f := range fields {
 		if f.Name == "Connection" {
-			for name := range strings.SplitSeq(f.Value, ",") {
-				if name = textproto.TrimString(name); name != "" {
-					named = append(named, textproto.CanonicalMIMEHeaderKey(name))
-				}
+			for name := range connectionNames(f.Value) {
+				named = append(named, textproto.CanonicalMIMEHeaderKey(name))
 			}
 		}
 	}
