@@ -280,7 +280,7 @@ func (w *response) writeLine(name, v string) {
 	bw := w.c.writer()
 	bw.WriteString(name)
 	bw.WriteString(": ")
-	if !plainValue(v) {
+	if !httphead.PlainValue(v) {
 		v = strings.Trim(v, " \t")
 		if strings.ContainsAny(v, "\r\n") {
 			v = lineBreaksToSpaces.Replace(v)
@@ -288,21 +288,6 @@ func (w *response) writeLine(name, v string) {
 	}
 	bw.WriteString(v)
 	bw.WriteString("\r\n")
-}
-
-// plainValue reports whether v is sent as it is: no space or tab at
-// its ends, no line break (most values; strings.Trim and ContainsAny
-// build a set of bytes on every call).
-func plainValue(v string) bool {
-	if v != "" && (v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] == '\r' || v[i] == '\n' {
-			return false
-		}
-	}
-	return true
 }
 
 // Write sends body bytes, framing the response first if it is not yet.

@@ -273,6 +273,24 @@ func trim(s string) string {
 	return s[i:j]
 }
 
+// PlainValue reports whether a field's value is written as it is: no
+// space or tab at its ends and no line break in it, as most values are.
+// net/http's writers trim a value's ends and make its line breaks
+// spaces, which leaves such a value unchanged, so a writer of heads
+// (downstream's responses, upstream's requests) skips both for it: each
+// walks or builds a set of bytes on every call.
+func PlainValue(v string) bool {
+	if v != "" && (v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\r' || v[i] == '\n' {
+			return false
+		}
+	}
+	return true
+}
+
 // canonical is name in textproto's canonical form (http.CanonicalHeaderKey
 // of a valid name): name itself, without a copy, when it already is; from
 // the cache of names seen in other forms (clients that send x-session-id

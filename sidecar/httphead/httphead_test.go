@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"reflect"
 	"strconv"
@@ -447,5 +448,22 @@ func TestCanonicalCacheIsBounded(t *testing.T) {
 	}
 	if _, ok := (*cache.Load())[long]; ok {
 		t.Fatal("a name over maxCachedLen was cached")
+	}
+}
+
+// TestPlainValue: a plain value is one net/http's writers leave as it is
+// (trimmed of spaces and tabs, line breaks made spaces).
+func TestPlainValue(t *testing.T) {
+	for v, want := range map[string]bool{
+		"": true, "abc": true, "a b\tc": true, "é": true,
+		" a": false, "a ": false, "\ta": false, "a\t": false, "a\rb": false, "a\nb": false, "\n": false,
+	} {
+		if got := PlainValue(v); got != want {
+			t.Errorf("PlainValue(%q) = %v, want %v", v, got, want)
+		}
+		// What both writers do to a value that is not plain.
+		if want && textproto.TrimString(strings.NewReplacer("\r", " ", "\n", " ").Replace(v)) != v {
+			t.Errorf("%q is plain, yet net/http would change it", v)
+		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 // writeRequest writes req as Request.Write writes it, byte for byte
@@ -148,9 +150,13 @@ func writeHeaders(bw *bufio.Writer, h http.Header) {
 }
 
 // writeValue writes v with CR and LF made spaces, then trimmed of
-// spaces and tabs (Request.Write's headerNewlineToSpace and TrimString).
+// spaces and tabs (Request.Write's headerNewlineToSpace and TrimString),
+// which leave a plain value as it is.
 func writeValue(bw *bufio.Writer, v string) {
-	bw.WriteString(textproto.TrimString(newlineToSpace.Replace(v)))
+	if !httphead.PlainValue(v) {
+		v = textproto.TrimString(newlineToSpace.Replace(v))
+	}
+	bw.WriteString(v)
 }
 
 // newlineToSpace replaces bytes, not runes: a value that is not UTF-8
