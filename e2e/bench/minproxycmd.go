@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -26,13 +29,38 @@ import (
 // Go's runtime and the least HTTP work cost per request, so that
 // tether's distance from it is what its own features and layers cost
 // (docs/hop-cost.md, "The floor of a Go HTTP proxy").
+//
+// With -work log (or nolog) it also does the work tether does for each
+// request besides proxying it (tetherWork), so that what is left between
+// it and tether is the shape of tether's data path.
 func minproxyMain(ctx context.Context, args []string) error {
-	return serveConns(ctx, "minproxy", args, func(backends []string) (connHandler, func()) {
+	return runMinproxy(ctx, args, os.Stderr)
+}
+
+// runMinproxy is minproxyMain with its access log (-work log) written to
+// logTo.
+func runMinproxy(ctx context.Context, args []string, logTo io.Writer) error {
+	var work string
+	flags := func(fs *flag.FlagSet) {
+		fs.Func("work", "also do tether's per-request work: log (with its access log) or nolog", func(v string) error {
+			if v != "log" && v != "nolog" {
+				return fmt.Errorf("want log or nolog, got %q", v)
+			}
+			work = v
+			return nil
+		})
+	}
+	return serveConnsFlags(ctx, "minproxy", args, flags, func(backends []string) (connHandler, func()) {
 		p := &minProxy{table: map[string]int{}}
 		for _, b := range backends {
 			p.pools = append(p.pools, &upPool{addr: b})
 		}
-		return func(ctx context.Context, c net.Conn, _ int) { p.serve(ctx, c) }, p.closeIdle
+		stop := p.closeIdle
+		if work != "" {
+			p.work = newTetherWork(backends, work == "log", logTo)
+			stop = func() { p.closeIdle(); p.work.close() }
+		}
+		return func(ctx context.Context, c net.Conn, _ int) { p.serve(ctx, c) }, stop
 	})
 }
 
@@ -41,6 +69,7 @@ type minProxy struct {
 	table map[string]int // session → backend
 	next  int            // the backend of the next new session
 	pools []*upPool
+	work  *tetherWork // nil: none
 }
 
 // upPool holds one backend's idle keep-alive connections.
@@ -144,7 +173,14 @@ func (p *minProxy) serve(ctx context.Context, c net.Conn) {
 			bw.Flush()
 			return
 		}
-		ok, keep := p.roundTrip(br, bw, &req, &resp, scratch)
+		var w *requestWork
+		if p.work != nil {
+			w = p.work.begin(ctx, &req)
+		}
+		ok, keep := p.roundTrip(br, bw, &req, &resp, scratch, w)
+		if w != nil {
+			p.work.end(w, &req, &resp, ok)
+		}
 		if !ok {
 			bw.Write(badGateway)
 		}
@@ -171,10 +207,17 @@ func (p *minProxy) backend(session []byte) int {
 }
 
 // roundTrip sends req (its body still in br) to the session's backend
-// and copies the answer to bw. ok is false when no answer began (the
-// caller answers 502); keep, whether the client connection can go on.
-func (p *minProxy) roundTrip(br *bufio.Reader, bw *bufio.Writer, req, resp *msgHead, scratch []byte) (ok, keep bool) {
-	pool := p.pools[p.backend(req.session)]
+// (w's, when the proxy does tether's work) and copies the answer to bw,
+// through w's usage scan. ok is false when no answer began (the caller
+// answers 502); keep, whether the client connection can go on.
+func (p *minProxy) roundTrip(br *bufio.Reader, bw *bufio.Writer, req, resp *msgHead, scratch []byte, w *requestWork) (ok, keep bool) {
+	var pool *upPool
+	var scan func([]byte)
+	if w != nil {
+		pool, scan = p.pools[w.backend], w.scan
+	} else {
+		pool = p.pools[p.backend(req.session)]
+	}
 	for attempt := 0; ; attempt++ {
 		up, err := pool.get()
 		if err != nil {
@@ -195,7 +238,7 @@ func (p *minProxy) roundTrip(br *bufio.Reader, bw *bufio.Writer, req, resp *msgH
 			br.Discard(int(req.length)) // answered: the body is consumed
 		}
 		bw.Write(resp.raw)
-		if err := copyBody(bw, up.br, resp, scratch); err != nil {
+		if err := copyBody(bw, up.br, resp, scratch, scan); err != nil {
 			up.nc.Close()
 			return true, false // the answer began: the client sees it cut short
 		}
@@ -224,7 +267,7 @@ func (up *upConn) send(req *msgHead, br *bufio.Reader, scratch []byte) (buffered
 			up.bw.Write(body)
 		} else {
 			buffered = false
-			if err := copyN(up.bw, br, n, scratch); err != nil {
+			if err := copyN(up.bw, br, n, scratch, nil); err != nil {
 				return false, err
 			}
 		}
@@ -243,8 +286,9 @@ func hasBody(resp *msgHead) bool {
 }
 
 // copyBody copies a response body framed as resp says, flushing each
-// chunk of a chunked one (server-sent events pass as they come).
-func copyBody(bw *bufio.Writer, br *bufio.Reader, resp *msgHead, scratch []byte) error {
+// chunk of a chunked one (server-sent events pass as they come), and
+// gives scan (if not nil) what it copies of a framed one.
+func copyBody(bw *bufio.Writer, br *bufio.Reader, resp *msgHead, scratch []byte, scan func([]byte)) error {
 	switch {
 	case resp.chunked:
 		for {
@@ -270,7 +314,7 @@ func copyBody(bw *bufio.Writer, br *bufio.Reader, resp *msgHead, scratch []byte)
 					}
 				}
 			}
-			if err := copyN(bw, br, n+2, scratch); err != nil { // data and its CRLF
+			if err := copyN(bw, br, n+2, scratch, scan); err != nil { // data and its CRLF
 				return err
 			}
 			if err := bw.Flush(); err != nil {
@@ -278,7 +322,7 @@ func copyBody(bw *bufio.Writer, br *bufio.Reader, resp *msgHead, scratch []byte)
 			}
 		}
 	case resp.length >= 0:
-		return copyN(bw, br, resp.length, scratch)
+		return copyN(bw, br, resp.length, scratch, scan)
 	case !hasBody(resp):
 		return nil
 	default: // to the connection's end
@@ -287,14 +331,18 @@ func copyBody(bw *bufio.Writer, br *bufio.Reader, resp *msgHead, scratch []byte)
 	}
 }
 
-// copyN copies exactly n bytes of br to bw through scratch: io.CopyN
-// without the io.LimitReader it allocates on every call (a body, a
-// chunk), which the floor of a Go proxy should not pay.
-func copyN(bw *bufio.Writer, br *bufio.Reader, n int64, scratch []byte) error {
+// copyN copies exactly n bytes of br to bw through scratch, giving scan
+// (if not nil) each piece: io.CopyN without the io.LimitReader it
+// allocates on every call (a body, a chunk), which the floor of a Go
+// proxy should not pay.
+func copyN(bw *bufio.Writer, br *bufio.Reader, n int64, scratch []byte, scan func([]byte)) error {
 	for n > 0 {
 		m, err := io.ReadFull(br, scratch[:min(n, int64(len(scratch)))])
 		if err != nil {
 			return err
+		}
+		if scan != nil {
+			scan(scratch[:m])
 		}
 		bw.Write(scratch[:m])
 		n -= int64(m)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,4 +87,78 @@ func TestMinproxyPinsSessionsAndStops(t *testing.T) {
 	}
 	client.CloseIdleConnections()
 	stop()
+}
+
+// TestMinproxyDoesTetherWork: with -work log the minimal proxy keeps a
+// session on the backend its store binds it to, reads the usage the
+// backend reports and writes an access line per request (a miss, then
+// hits); with -work nolog it writes none.
+func TestMinproxyDoesTetherWork(t *testing.T) {
+	backend := func(name string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, `{"backend":%q,"usage":{"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens":8}}}`, name)
+		}))
+	}
+	a, b := backend("a"), backend("b")
+	defer a.Close()
+	defer b.Close()
+	for _, work := range []string{"log", "nolog"} {
+		var log testkit.SyncBuffer
+		main := func(ctx context.Context, args []string) error {
+			return runMinproxy(ctx, append(args, "-work", work), &log)
+		}
+		addr, stop := startBenchProxy(t, main, strings.TrimPrefix(a.URL, "http://"), strings.TrimPrefix(b.URL, "http://"))
+		client := &http.Client{Timeout: 5 * time.Second}
+		post := func(session string) (string, error) {
+			req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions?x=1", strings.NewReader("{}"))
+			req.Header.Set("X-Session-ID", session)
+			resp, err := client.Do(req)
+			if err != nil {
+				return "", err
+			}
+			defer resp.Body.Close()
+			got, err := io.ReadAll(resp.Body)
+			return string(got), err
+		}
+		testkit.Eventually(t, 5*time.Second, "a response through the proxy", func() error {
+			_, err := post("warm")
+			return err
+		})
+		var first string
+		for i := range 4 {
+			got, err := post("s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				first = got
+			} else if got != first {
+				t.Errorf("%s: request %d answered %q, the first %q: the session moved", work, i, got, first)
+			}
+		}
+		client.CloseIdleConnections()
+		stop() // flushes the log
+		lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+		if work == "nolog" {
+			if log.String() != "" {
+				t.Errorf("nolog: wrote %q", log.String())
+			}
+			continue
+		}
+		if len(lines) != 5 {
+			t.Fatalf("log: %d lines, want 5 (warm-up and four):\n%s", len(lines), log.String())
+		}
+		for i, line := range lines[1:] {
+			want := `"decision":"hit"`
+			if i == 0 {
+				want = `"decision":"miss"`
+			}
+			for _, w := range []string{want, `"prompt_tokens":12`, `"cached_tokens":8`, `"status":200`, `"method":"POST"`, `"path":"/v1/chat/completions"`} {
+				if !strings.Contains(line, w) {
+					t.Errorf("line %d lacks %s: %s", i+1, w, line)
+				}
+			}
+		}
+	}
 }

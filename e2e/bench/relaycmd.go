@@ -32,9 +32,18 @@ type connHandler func(ctx context.Context, c net.Conn, n int)
 // what start made of the backends, until ctx ends. It returns once every
 // handler has, then calls start's stop.
 func serveConns(ctx context.Context, cmd string, args []string, start func(backends []string) (connHandler, func())) error {
+	return serveConnsFlags(ctx, cmd, args, nil, start)
+}
+
+// serveConnsFlags is serveConns with a command's own flags, which flags
+// adds to the set before it is parsed.
+func serveConnsFlags(ctx context.Context, cmd string, args []string, flags func(*flag.FlagSet), start func(backends []string) (connHandler, func())) error {
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	backends := fs.String("backends", "", "backends host:port, comma-separated")
+	if flags != nil {
+		flags(fs)
+	}
 	_ = fs.Parse(args)
 	if *backends == "" {
 		return fmt.Errorf("%s: -backends is required", cmd)

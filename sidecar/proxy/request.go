@@ -22,7 +22,7 @@ const maxRequestIDLen = 128
 func (x *exchange) identify() {
 	id := x.in.Header.Get(RequestIDHeader)
 	if !validRequestID(id) {
-		id = newRequestID(&x.idBytes)
+		id = NewRequestID(&x.idBytes)
 		x.idValues[0] = id
 		x.in.Header[RequestIDHeader] = x.idValues[:] // Header.Set, without its allocation
 	}
@@ -45,13 +45,13 @@ func validRequestID(id string) bool {
 	return true
 }
 
-// newRequestID writes a random UUID (version 4), as Envoy and nginx's
+// NewRequestID writes a random UUID (version 4), as Envoy and nginx's
 // $request_id users expect, in s and returns it as a string of s's bytes
 // (not a copy: the string is s's for as long as it is referenced, so s
 // must not be written again; the exchange's array is written once). An
 // id needs to be unique, not secret: the runtime's per-thread ChaCha8
 // generator is enough and never blocks.
-func newRequestID(s *[36]byte) string {
+func NewRequestID(s *[36]byte) string {
 	var u [16]byte
 	hi, lo := rand.Uint64(), rand.Uint64()
 	for i := range 8 {

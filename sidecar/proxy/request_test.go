@@ -29,7 +29,7 @@ func TestNewRequestID(t *testing.T) {
 	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	seen := map[string]bool{}
 	for range 1000 {
-		id := newRequestID(new([36]byte)) // each its own array, as each exchange's
+		id := NewRequestID(new([36]byte)) // each its own array, as each exchange's
 		if !re.MatchString(id) || seen[id] {
 			t.Fatalf("id %q is no fresh UUIDv4", id)
 		}

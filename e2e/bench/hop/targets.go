@@ -44,26 +44,36 @@ const (
 	// a Go HTTP proxy on this machine, between the relay and tether.
 	// Measured only when asked for.
 	GoMinimal = "go-minimal"
+	// GoMinimalWork is GoMinimal doing tether's work for each request
+	// besides proxying it (the minproxy command's -work: the store and its
+	// key, the usage scan, metrics, the access log), the proxy tether
+	// would be without the shape of its data path. GoMinimalWorkNoLog is
+	// the same without the access log. Measured only when asked for.
+	GoMinimalWork      = "go-minimal-work"
+	GoMinimalWorkNoLog = "go-minimal-work-nolog"
 )
 
 // AllProxies lists every proxy the section measures by default;
-// TetherBaseline, which needs another build, and GoRelay and GoMinimal,
-// references that do a proxy's least, only when asked for.
+// TetherBaseline, which needs another build, and GoRelay, GoMinimal and
+// GoMinimalWork(NoLog), references that do a proxy's least (and tether's
+// work on it), only when asked for.
 var AllProxies = []string{Direct, HAProxy, Nginx, GoProxy, Tether, TetherNoLog, TetherRedis, TetherGossip}
 
 // Labels are the names the tables print.
 var Labels = map[string]string{
-	Direct:         "direct (no proxy)",
-	HAProxy:        "HAProxy stick table",
-	Nginx:          "nginx consistent hash",
-	GoProxy:        "Go httputil.ReverseProxy (hash)",
-	Tether:         "tether (memory)",
-	TetherNoLog:    "tether (memory, no access log)",
-	TetherRedis:    "tether (Redis)",
-	TetherGossip:   "tether (gossip, 3 replicas)",
-	TetherBaseline: "tether (memory), baseline build",
-	GoRelay:        "Go TCP relay (no HTTP; floor)",
-	GoMinimal:      "Go minimal sticky proxy (heads as bytes; floor of HTTP)",
+	Direct:             "direct (no proxy)",
+	HAProxy:            "HAProxy stick table",
+	Nginx:              "nginx consistent hash",
+	GoProxy:            "Go httputil.ReverseProxy (hash)",
+	Tether:             "tether (memory)",
+	TetherNoLog:        "tether (memory, no access log)",
+	TetherRedis:        "tether (Redis)",
+	TetherGossip:       "tether (gossip, 3 replicas)",
+	TetherBaseline:     "tether (memory), baseline build",
+	GoRelay:            "Go TCP relay (no HTTP; floor)",
+	GoMinimal:          "Go minimal sticky proxy (heads as bytes; floor of HTTP)",
+	GoMinimalWork:      "Go minimal proxy + tether's per-request work",
+	GoMinimalWorkNoLog: "Go minimal proxy + tether's per-request work, no access log",
 }
 
 // goEnv is the environment added to a Go proxy's: the sidecars' threads
@@ -134,6 +144,14 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		p, addr, err := env.GoMinimal("go-minimal", backends, o.goEnv(false))
 		t.proc, t.url = p, "http://"+addr
 		return t, err
+	case GoMinimalWork, GoMinimalWorkNoLog:
+		work := "log"
+		if name == GoMinimalWorkNoLog {
+			work = "nolog"
+		}
+		p, addr, err := env.GoMinimal(name, backends, o.goEnv(false), "-work", work)
+		t.proc, t.url = p, "http://"+addr
+		return t, err
 	case Tether:
 		return t, side(procs.Sidecar{Name: "tether-memory"})
 	case TetherBaseline:
@@ -167,5 +185,5 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		}
 		return t, nil
 	}
-	return nil, fmt.Errorf("unknown proxy %q (want one of %v, %s, %s or %s)", name, AllProxies, TetherBaseline, GoRelay, GoMinimal)
+	return nil, fmt.Errorf("unknown proxy %q (want one of %v, %s, %s, %s, %s or %s)", name, AllProxies, TetherBaseline, GoRelay, GoMinimal, GoMinimalWork, GoMinimalWorkNoLog)
 }

@@ -123,9 +123,9 @@ func (e *Env) GoRelay(name string, backends, env []string) (*Process, string, er
 
 // GoMinimal starts this bench binary's minproxy command (the least
 // sticky HTTP proxy in Go: the floor of a Go HTTP proxy) as a process of
-// its own, with env added.
-func (e *Env) GoMinimal(name string, backends, env []string) (*Process, string, error) {
-	return e.benchCommand(name, env, "minproxy", backends)
+// its own, with env and the command's args (-work) added.
+func (e *Env) GoMinimal(name string, backends, env []string, args ...string) (*Process, string, error) {
+	return e.benchCommand(name, env, "minproxy", backends, args...)
 }
 
 // benchCommand starts this bench binary's command cmd in front of
