@@ -25,7 +25,8 @@ import (
 // -work): a cancelable context and two clock readings, a request id, the
 // session's store key (SHA-256) and its binding in the memory store (a
 // new session created on the next backend in turn), the usage scan of
-// the response body, a request counter and a duration histogram, and,
+// the response body (read as one JSON document: the bench's answers that
+// are not streamed), a request counter and a duration histogram, and,
 // with its log, the access line through tether's JSON handler and
 // batched writer. What it leaves out is the shape of tether's data path:
 // net/http's request, its header maps, the layered server, transport
@@ -95,6 +96,11 @@ func (w *tetherWork) close() {
 func (w *tetherWork) begin(ctx context.Context, req *msgHead) *requestWork {
 	r := &requestWork{start: time.Now()}
 	r.ctx, r.cancel = context.WithCancel(ctx)
+	if len(req.session) == 0 { // no session: balanced, not bound
+		r.backend = int(w.next.Add(1)) % len(w.backends)
+		r.scanner.Reset(false)
+		return r
+	}
 	r.key = session.StoreKey(workPool, string(req.session))
 	if b, ok, _ := w.store.Lookup(r.ctx, r.key, 10*time.Minute); ok {
 		r.backend, r.hit = w.index[b.Pod], true
