@@ -50,7 +50,7 @@ func runMinproxy(ctx context.Context, args []string, logTo io.Writer) error {
 			return nil
 		})
 	}
-	return serveConnsFlags(ctx, "minproxy", args, flags, func(backends []string) (connHandler, func()) {
+	return serveConns(ctx, "minproxy", args, flags, func(backends []string) (connHandler, func()) {
 		p := &minProxy{table: map[string]int{}}
 		for _, b := range backends {
 			p.pools = append(p.pools, &upPool{addr: b})

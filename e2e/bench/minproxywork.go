@@ -96,23 +96,25 @@ func (w *tetherWork) close() {
 func (w *tetherWork) begin(ctx context.Context, req *msgHead) *requestWork {
 	r := &requestWork{start: time.Now()}
 	r.ctx, r.cancel = context.WithCancel(ctx)
-	if len(req.session) == 0 { // no session: balanced, not bound
-		r.backend = int(w.next.Add(1)) % len(w.backends)
-		r.scanner.Reset(false)
+	r.scanner.Reset(false)
+	if len(req.session) == 0 {
+		r.backend = w.inTurn() // no session: balanced, not bound
 		return r
 	}
 	r.key = session.StoreKey(workPool, string(req.session))
 	if b, ok, _ := w.store.Lookup(r.ctx, r.key, 10*time.Minute); ok {
 		r.backend, r.hit = w.index[b.Pod], true
-	} else {
-		r.backend = int(w.next.Add(1)) % len(w.backends)
-		if b, err := w.store.Create(r.ctx, r.key, store.Binding{Pod: w.backends[r.backend]}, 10*time.Minute); err == nil {
-			r.backend = w.index[b.Pod]
-		}
+		return r
 	}
-	r.scanner.Reset(false)
+	r.backend = w.inTurn()
+	if b, err := w.store.Create(r.ctx, r.key, store.Binding{Pod: w.backends[r.backend]}, 10*time.Minute); err == nil {
+		r.backend = w.index[b.Pod] // another request's, if it came first
+	}
 	return r
 }
+
+// inTurn is the next backend in turn.
+func (w *tetherWork) inTurn() int { return int(w.next.Add(1)) % len(w.backends) }
 
 // scan reads the response body as it passes.
 func (r *requestWork) scan(p []byte) {

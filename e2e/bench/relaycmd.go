@@ -18,7 +18,7 @@ import (
 // the runtime's goroutines, netpoller and system calls cost per request
 // before a proxy parses or decides anything.
 func relayMain(ctx context.Context, args []string) error {
-	return serveConns(ctx, "relay", args, func(to []string) (connHandler, func()) {
+	return serveConns(ctx, "relay", args, nil, func(to []string) (connHandler, func()) {
 		return func(ctx context.Context, c net.Conn, n int) { relay(ctx, c, to[n%len(to)]) }, func() {}
 	})
 }
@@ -30,14 +30,9 @@ type connHandler func(ctx context.Context, c net.Conn, n int)
 // proxies (relay, minproxy): -listen and -backends, the address printed
 // once listening, every connection handled on a goroutine of its own by
 // what start made of the backends, until ctx ends. It returns once every
-// handler has, then calls start's stop.
-func serveConns(ctx context.Context, cmd string, args []string, start func(backends []string) (connHandler, func())) error {
-	return serveConnsFlags(ctx, cmd, args, nil, start)
-}
-
-// serveConnsFlags is serveConns with a command's own flags, which flags
-// adds to the set before it is parsed.
-func serveConnsFlags(ctx context.Context, cmd string, args []string, flags func(*flag.FlagSet), start func(backends []string) (connHandler, func())) error {
+// handler has, then calls start's stop. flags, if not nil, adds the
+// command's own flags to the set before it is parsed.
+func serveConns(ctx context.Context, cmd string, args []string, flags func(*flag.FlagSet), start func(backends []string) (connHandler, func())) error {
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	backends := fs.String("backends", "", "backends host:port, comma-separated")

@@ -140,16 +140,9 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		p, addr, err := env.GoRelay("go-relay", backends, o.goEnv(false))
 		t.proc, t.url = p, "http://"+addr
 		return t, err
-	case GoMinimal:
-		p, addr, err := env.GoMinimal("go-minimal", backends, o.goEnv(false))
-		t.proc, t.url = p, "http://"+addr
-		return t, err
-	case GoMinimalWork, GoMinimalWorkNoLog:
-		work := "log"
-		if name == GoMinimalWorkNoLog {
-			work = "nolog"
-		}
-		p, addr, err := env.GoMinimal(name, backends, o.goEnv(false), "-work", work)
+	case GoMinimal, GoMinimalWork, GoMinimalWorkNoLog:
+		args := map[string][]string{GoMinimalWork: {"-work", "log"}, GoMinimalWorkNoLog: {"-work", "nolog"}}[name]
+		p, addr, err := env.GoMinimal(name, backends, o.goEnv(false), args...)
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case Tether:
