@@ -31,6 +31,11 @@ IMAGE_NAMES := $(foreach i,$(IMAGES),$(firstword $(subst =, ,$(i))))
 IMAGE_REPO  ?= ghcr.io/tetherproxy
 IMAGEBUILD  := $(GO) run ./e2e/tools/imagebuild
 
+# staticcheck, run by `make vet` beside go vet (bugs, dead code,
+# deprecated calls), installed from the Go module proxy into the cache.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK         := $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
 HELM_VERSION ?= v3.22.0
 HELM         := $(TOOLS)/helm-$(HELM_VERSION)/helm
 export TETHER_HELM := $(HELM)
@@ -111,9 +116,13 @@ $(HELM):
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-vet:
+vet: $(STATICCHECK)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Unit and integration tests (real redis-server, memberlist nodes, loopback HTTP).
 unit: deps

@@ -179,7 +179,7 @@ func (in *install) readDeployment(ctx context.Context) {
 	// The injector defaults --namespace to its pod's own: the Deployment's.
 	c.RegisterFlags(fs, in.o.Namespace)
 	if len(d.Spec.Template.Spec.Containers) == 0 {
-		in.readErr = fmt.Errorf("Deployment %s/%s has no container", in.o.Namespace, in.o.Name)
+		in.readErr = fmt.Errorf("deployment %s/%s has no container", in.o.Namespace, in.o.Name)
 		return
 	}
 	var args []string

@@ -58,7 +58,6 @@ type Options struct {
 // Scraper keeps the latest Sample of every backend of one pool.
 type Scraper struct {
 	o       Options
-	parser  expfmt.TextParser
 	mu      sync.Mutex
 	samples map[string]Sample // by backend ID
 	errors  prometheus.Counter

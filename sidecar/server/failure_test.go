@@ -304,18 +304,6 @@ func serve(t *testing.T, h http.HandlerFunc) string {
 	return strings.TrimPrefix(s.URL, "http://")
 }
 
-// deadAddr is a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // TestPinnedResponseIsNotMoved: a request the resolver routes to the
 // backend holding the stored response it names (a Responses API id tether
 // bound) is not retried elsewhere when that backend fails before

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -95,7 +96,7 @@ type httpServer interface {
 // or discovery cannot start (Redis unreachable, key files unreadable, ...).
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, reg: prometheus.NewRegistry(), sources: map[string]discovery.Source{}, level: deps.LogLevel}
-	s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
 		if !ok {

@@ -599,7 +599,7 @@ func (c countingConn) Write(p []byte) (int, error) {
 func TestRequestLeavesInOneWrite(t *testing.T) {
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		io.WriteString(w, string(b))
+		w.Write(b)
 	})
 	var writes atomic.Int32
 	d := &net.Dialer{}

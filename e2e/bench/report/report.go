@@ -49,19 +49,11 @@ func Write(dir string, in *Input) (string, error) {
 	b.WriteString("## Headline\n\n")
 	head.Markdown(&b)
 
-	figs, err := hopSection(&b, dir, in)
-	if err != nil {
-		return "", err
+	for _, section := range []func(*bytes.Buffer, string, *Input) error{hopSection, stickySection, scaleSection} {
+		if err := section(&b, dir, in); err != nil {
+			return "", err
+		}
 	}
-	more, err := stickySection(&b, dir, in)
-	if err != nil {
-		return "", err
-	}
-	figs = append(figs, more...)
-	if more, err = scaleSection(&b, dir, in); err != nil {
-		return "", err
-	}
-	figs = append(figs, more...)
 	if err := os.WriteFile(filepath.Join(dir, "REPORT.md"), b.Bytes(), 0o644); err != nil {
 		return "", err
 	}

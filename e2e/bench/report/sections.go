@@ -13,15 +13,14 @@ import (
 	"github.com/tetherproxy/tether/e2e/bench/workload"
 )
 
-func hopSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
+func hopSection(b *bytes.Buffer, dir string, in *Input) error {
 	r := in.Hop
 	if r == nil {
-		return nil, nil
+		return nil
 	}
 	fmt.Fprintf(b, "## 1. What one hop costs\n\n`%s`\n\n%s. Every proxy runs as a real process on loopback with the config the bench writes: HAProxy %s with one thread, a stick table on `X-Session-ID` (`stick on req.hdr(x-session-id)`, `balance leastconn`) and keep-alive to the backends; nginx %s with one worker, `hash $http_x_session_id consistent`, upstream keep-alive and `proxy_buffering off` (so SSE events pass as they come); tether-sidecar with one pool on the same header (memory store with and without its access log; Redis store on a real redis-server; gossip store in a ring of three sidecars, the load on one). The backends are modelsim with no artificial latency for every proxy (so the figures include a realistic OpenAI JSON and SSE backend, not a static file), one process serving each backend on its own listener, without a log line per request. The load generator writes each request's bytes on keep-alive connections and reads the answer on the goroutine that sent it, without net/http's Transport: on 2 cores the generator and the backends share the machine with the proxy measured, and what they spend is taken from it (at 5,000 req/s direct, a generator on net/http's Transport and three logging modelsim processes kept the cores 86%% busy and direct's own p99 at 11 ms; this harness, 60%% busy and 1.7 ms). CPU is utime+stime of the proxy's processes from /proc over the measured part; in brackets what it needs besides (redis-server, the other ring members). Peak RSS is VmHWM. *Added* is the proxy's percentile minus direct's at the same rate and mode.\n\n",
 		in.HopCmd, r.Setup(), toolVersion("haproxy"), toolVersion("nginx"))
 	writeTables(b, r.Tables())
-	var figs []figure
 	for _, mode := range r.Opts.Modes {
 		// Latency itself, on a log scale, with direct's as the floor: what
 		// a proxy adds is its line's height above direct's, and the rates
@@ -45,17 +44,16 @@ func hopSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 		f := figure{File: fmt.Sprintf("hop-%s.png", mode), Caption: fmt.Sprintf("%s: a proxy's added latency is its height above direct's line. `%s`", title, in.HopCmd)}
 		if err := LineChart(filepath.Join(dir, f.File), title, shortCmd(in.HopCmd),
 			"offered requests/s", "latency, ms", series, Axes{LogY: true}); err != nil {
-			return nil, err
+			return err
 		}
-		figs = append(figs, f)
 		b.WriteString(f.markdown() + "\n")
 	}
-	return figs, nil
+	return nil
 }
 
-func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
+func stickySection(b *bytes.Buffer, dir string, in *Input) error {
 	if len(in.Sticky) == 0 {
-		return nil, nil
+		return nil
 	}
 	o := in.StickyOpts
 	fmt.Fprintf(b, "## 2. What stickiness is worth\n\n`%s`\n\n", in.StickyCmd)
@@ -78,7 +76,6 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	if t != nil {
 		writeTables(b, []*table.Table{t})
 	}
-	var figs []figure
 	if len(in.Sweep) > 0 {
 		r, bk := in.Sweep[0].R, in.Sweep[0].B
 		var series []Series
@@ -96,9 +93,8 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 			Caption: fmt.Sprintf("Hit rate vs prefix-cache size per backend, R = %d, B = %d. `%s`", r, bk, in.StickyCmd)}
 		if err := LineChart(filepath.Join(dir, f.File), fmt.Sprintf("Hit rate vs prefix-cache size, R = %d, B = %d", r, bk),
 			shortCmd(in.StickyCmd), "prefix-cache capacity per backend, tokens", "hit rate, %", series, Axes{LogX: true}); err != nil {
-			return nil, err
+			return err
 		}
-		figs = append(figs, f)
 		b.WriteString(f.markdown() + "\n")
 	}
 	policies := slices.DeleteFunc(slices.Clone(o.Policies), func(p string) bool { return p == sticky.Oracle })
@@ -134,23 +130,21 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 				Caption: fmt.Sprintf("%s per policy, B = %d backends, bars per router replica count R, dashed lines the oracle. `%s`", m.what, bk, in.StickyCmd)}
 			if err := BarChart(filepath.Join(dir, f.File), fmt.Sprintf("%s per policy, B = %d backends", m.what, bk),
 				shortCmd(in.StickyCmd), m.unit, labels, groups, refs); err != nil {
-				return nil, err
+				return err
 			}
-			figs = append(figs, f)
 			b.WriteString(f.markdown() + "\n")
 		}
 	}
-	return figs, nil
+	return nil
 }
 
-func scaleSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
+func scaleSection(b *bytes.Buffer, dir string, in *Input) error {
 	r := in.Scale
 	if r == nil {
-		return nil, nil
+		return nil
 	}
 	fmt.Fprintf(b, "## 3. Scale of the stores\n\n`%s`\n\nMeasured in the bench process through the stores' public APIs (the gossip nodes are real memberlist nodes on loopback with production timers): bytes per binding is the live heap the store grew by (after a GC on both sides) over the bindings it holds, keys included (as the resolver makes them: a 128-bit hash of pool and session key), backend IDs shaped like Kubernetes pods (`namespace/name/uid`, 100 distinct). Lookups per CPU-second: lookup-and-refresh of random held keys from one goroutine per core (Redis: 32 in flight), divided by the CPU time spent (Redis: the bench's and redis-server's). Redis round trips are counted by a relay between a real tether-sidecar and redis-server: a round trip is the client writing again after the server answered. Convergence: a binding created on one node of the ring until every other node holds it, polled every 50 µs. Join: a new replica joins a ring whose one member holds the bindings, until it reports synced (its `/readyz` turns ready) and holds them all (a sample checked).\n\n", in.ScaleCmd)
 	writeTables(b, r.Tables())
-	var figs []figure
 	var series []Series
 	for i, st := range []string{"memory", "gossip"} {
 		s := Series{Name: st + " store", Color: i}
@@ -164,9 +158,8 @@ func scaleSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	f := figure{File: "scale-bytes.png", Caption: fmt.Sprintf("Bytes per binding vs bindings held. `%s`", in.ScaleCmd)}
 	if err := LineChart(filepath.Join(dir, f.File), "Bytes per binding vs bindings held", shortCmd(in.ScaleCmd),
 		"bindings", "bytes per binding", series, Axes{LogX: true}); err != nil {
-		return nil, err
+		return err
 	}
-	figs = append(figs, f)
 	b.WriteString(f.markdown() + "\n")
 	var p50, p99 Series
 	p50, p99 = Series{Name: "p50", Color: 0}, Series{Name: "p99", Color: 1}
@@ -177,11 +170,10 @@ func scaleSection(b *bytes.Buffer, dir string, in *Input) ([]figure, error) {
 	f = figure{File: "scale-convergence.png", Caption: fmt.Sprintf("Gossip convergence time vs ring size. `%s`", in.ScaleCmd)}
 	if err := LineChart(filepath.Join(dir, f.File), "Gossip convergence vs ring size", shortCmd(in.ScaleCmd),
 		"nodes in the ring", "until every node holds a new binding, ms", []Series{p50, p99}, Axes{}); err != nil {
-		return nil, err
+		return err
 	}
-	figs = append(figs, f)
 	b.WriteString(f.markdown() + "\n")
-	return figs, nil
+	return nil
 }
 
 // shortCmd fits a command into a chart title (the caption has it whole).

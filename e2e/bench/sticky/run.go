@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options) (main, sweep []*Result, err error) {
 				og.Policies = g
 				res, err := runConfig(ctx, og, w, convs, r, b, &closing)
 				if err != nil {
-					return nil, nil, fmt.Errorf("R=%d B=%d: %w", r, b, err)
+					return nil, nil, fmt.Errorf("cell R=%d B=%d: %w", r, b, err)
 				}
 				main = append(main, res...)
 			}

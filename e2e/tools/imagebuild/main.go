@@ -142,7 +142,7 @@ func push(ctx context.Context, log *slog.Logger, args []string) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "limit for each image's upload")
 	_ = fs.Parse(args)
 	if *registry == "" || fs.NArg() == 0 {
-		return errors.New("push: want -registry host/path TARBALL...")
+		return errors.New("push: want -registry host/path and at least one TARBALL")
 	}
 	for _, path := range fs.Args() {
 		pctx, cancel := context.WithTimeout(ctx, *timeout)

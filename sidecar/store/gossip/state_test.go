@@ -13,7 +13,7 @@ func TestKeyOf(t *testing.T) {
 	if got := keyOf(hexKey); fmt.Sprintf("%x", got[:]) != hexKey {
 		t.Fatalf("hex key not decoded: %x", got)
 	}
-	if keyOf("session-1") == keyOf("session-2") || keyOf("session-1") != keyOf("session-1") {
+	if a, b := keyOf("session-1"), keyOf("session-1"); a != b || a == keyOf("session-2") {
 		t.Fatal("non-hex keys must hash deterministically and distinctly")
 	}
 }
