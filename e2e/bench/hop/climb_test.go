@@ -1,6 +1,7 @@
 package hop
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,14 +43,58 @@ func TestPassesJudgesTheAddedP99(t *testing.T) {
 	}
 }
 
+// TestClimbProbesCoversTheWorstCase: a progress bar plans ClimbProbes
+// steps for a search and is told how many it did not need, so a search
+// must never take more (it would run into the steps of what follows:
+// the bar at 100% minutes early) and planned less skipped must be what
+// it took. The worst case: every proxy fails its first probe at every
+// rung, and the confirmation passes, keeping it on the ladder.
 func TestClimbProbesCoversTheWorstCase(t *testing.T) {
-	// Direct and two proxies over every rung, each proxy's failure
-	// confirmed by probing direct and it again.
-	if got, want := ClimbProbes(3, NonStreaming), len(ladder)*3+2*2; got != want {
-		t.Errorf("ClimbProbes(3) = %d, want %d", got, want)
-	}
-	if got, want := ClimbProbes(3, Streaming), len(streamLadder)*3+4; got != want {
-		t.Errorf("ClimbProbes(3, streaming) = %d, want %d", got, want)
+	pass, fail := result(time.Millisecond, 0, 1000), result(time.Millisecond, 1, 1000)
+	for _, c := range []struct {
+		name string
+		mode Mode
+		// failsAt: whether the nth probe (from 1) of proxy at rate fails.
+		failsAt func(proxy string, rate float64, nth int) bool
+		worst   bool // the case ClimbProbes counts: it takes them all
+	}{
+		{"every first probe fails, every confirmation passes", NonStreaming, func(_ string, _ float64, nth int) bool { return nth == 1 }, true},
+		{"the same, streamed", Streaming, func(_ string, _ float64, nth int) bool { return nth == 1 }, true},
+		{"one proxy stops at 3,000, the other climbs to the top", NonStreaming, func(p string, rate float64, _ int) bool { return p == "a" && rate >= 3000 }, false},
+		{"nothing fails", NonStreaming, func(string, float64, int) bool { return false }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := Options{Proxies: []string{Direct, "a", "b"}, P99Limit: 5 * time.Millisecond}
+			steps, skipped := 0, -1
+			o.Step = func(string) { steps++ }
+			o.Skip = func(n int) { skipped = n }
+			probes := map[string]int{}
+			out, err := climb(o, c.mode, func(name string, rate float64) (*loadgen.Result, error) {
+				key := fmt.Sprint(name, rate)
+				probes[key]++
+				if name != Direct && c.failsAt(name, rate, probes[key]) {
+					return fail, nil
+				}
+				return pass, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			planned := ClimbProbes(len(o.Proxies), c.mode)
+			if steps > planned || skipped < 0 || steps+skipped != planned {
+				t.Errorf("planned %d, took %d, skipped %d: want took + skipped = planned", planned, steps, skipped)
+			}
+			if c.worst && steps != planned {
+				t.Errorf("the worst case took %d probes, ClimbProbes counts %d", steps, planned)
+			}
+			total := 0
+			for _, m := range out {
+				total += m.Probes
+			}
+			if total != steps {
+				t.Errorf("results count %d probes, the bar %d steps", total, steps)
+			}
+		})
 	}
 }
 

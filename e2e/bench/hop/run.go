@@ -220,7 +220,13 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			}
 		}
 		if o.MaxRate {
-			max, err := climb(ctx, targets, backends, o, mode)
+			max, err := climb(o, mode, func(name string, rate float64) (*loadgen.Result, error) {
+				p, err := measure(ctx, targets[name], backends, o, mode, rate, o.ProbeTime/4, o.ProbeTime)
+				if err != nil {
+					return nil, err
+				}
+				return p.Res, nil
+			})
 			if err != nil {
 				return nil, err
 			}
@@ -311,10 +317,14 @@ var (
 )
 
 // ClimbProbes is the most probes a search of one mode makes over proxies
-// (direct included): every proxy at every rung, and a confirmation (direct
-// and the proxy again) of each proxy's one failure.
+// (direct included): every proxy at every rung, each failing its probe
+// there and confirmed (direct and the proxy again), a confirmation that
+// passes keeping it on the ladder. A progress bar plans this many and is
+// told (Options.Skip) how many were not needed: fewer would let a search
+// run into the steps planned for what follows.
 func ClimbProbes(proxies int, mode Mode) int {
-	return len(rungsOf(mode))*proxies + 2*(proxies-1)
+	rungs := len(rungsOf(mode))
+	return rungs*proxies + 2*rungs*(proxies-1)
 }
 
 // rungsOf is mode's ladder.
@@ -332,8 +342,9 @@ func rungsOf(mode Mode) []float64 {
 // at its first failed rung and its result is the rung below. A failure
 // is confirmed before it counts: direct and the proxy are probed once
 // more, back to back (a probe's p99 is its few slowest requests, and one
-// stall of a shared machine is enough to fail it).
-func climb(ctx context.Context, targets map[string]*target, backends []string, o Options, mode Mode) ([]MaxRate, error) {
+// stall of a shared machine is enough to fail it). measureAt runs one
+// probe of a proxy at a rate.
+func climb(o Options, mode Mode, measureAt func(name string, rate float64) (*loadgen.Result, error)) ([]MaxRate, error) {
 	rungs := rungsOf(mode)
 	out := make([]MaxRate, len(o.Proxies))
 	defer func() {
@@ -358,15 +369,15 @@ func climb(ctx context.Context, targets map[string]*target, backends []string, o
 		order = append([]string{Direct}, slices.DeleteFunc(order, func(p string) bool { return p == Direct })...)
 		probe := func(name string) (*loadgen.Result, error) {
 			o.Step(fmt.Sprintf("hop %s %s: highest rate, %.0f/s", name, mode, rate))
-			p, err := measure(ctx, targets[name], backends, o, mode, rate, o.ProbeTime/4, o.ProbeTime)
+			res, err := measureAt(name, rate)
 			if err != nil {
 				return nil, err
 			}
 			out[slices.Index(o.Proxies, name)].Probes++
 			if name == Direct {
-				direct = p.Res.Latency.Quantile(0.99)
+				direct = res.Latency.Quantile(0.99)
 			}
-			return p.Res, nil
+			return res, nil
 		}
 		for _, name := range order {
 			if !climbing[name] && name != Direct {
