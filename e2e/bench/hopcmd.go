@@ -32,7 +32,7 @@ type hopFlags struct {
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
-	fs.StringVar(&h.proxies, "proxies", d.proxies, "proxies, comma-separated: "+strings.Join(hop.AllProxies, ",")+" (and "+hop.TetherBaseline+", with -tether-baseline; "+hop.GoRelay+", a Go TCP relay as the floor of a Go proxy; "+hop.GoMinimal+", the least sticky HTTP proxy in Go as the floor of a Go HTTP proxy; "+hop.GoMinimalWork+" and "+hop.GoMinimalWorkNoLog+", that proxy doing tether's per-request work, with and without the access log)")
+	fs.StringVar(&h.proxies, "proxies", d.proxies, "proxies, comma-separated: "+strings.Join(hop.AllProxies, ",")+" (and "+hop.TetherBaseline+", with -tether-baseline; "+hop.GoRelay+", a Go TCP relay as the floor of a Go proxy; "+hop.GoMinimal+", the least sticky HTTP proxy in Go as the floor of a Go HTTP proxy; "+hop.GoMinimalWork+" and "+hop.GoMinimalWorkNoLog+", that proxy doing tether's per-request work, with and without the access log; "+hop.GoLayersWork+" and "+hop.GoLayersWorkNoLog+", the same work on tether's own server and transport without its handler)")
 	fs.StringVar(&h.modes, "modes", d.modes, "response shapes: non-streaming,streaming")
 	fs.StringVar(&h.rates, "rates", d.rates, "offered rates in requests/s, comma-separated")
 	fs.StringVar(&h.streamRates, "stream-rates", d.streamRates, "offered rates of streamed requests (50 SSE events each)")

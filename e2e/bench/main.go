@@ -9,6 +9,7 @@
 //	go run ./e2e/bench router -policy P -listen A -backends B,…  one of section 2's routers as a process (section 1's Go ReverseProxy row)
 //	go run ./e2e/bench relay -listen A -backends B,…              a Go TCP relay, no HTTP (section 1's floor of a Go proxy)
 //	go run ./e2e/bench minproxy -listen A -backends B,…           the least sticky HTTP proxy in Go (the floor of a Go HTTP proxy)
+//	go run ./e2e/bench layerproxy -listen A -backends B,…         tether's work on tether's server and transport, without its handler
 package main
 
 import (
@@ -43,6 +44,8 @@ func main() {
 		err = relayMain(ctx, args)
 	case "minproxy":
 		err = minproxyMain(ctx, args)
+	case "layerproxy":
+		err = layerproxyMain(ctx, args)
 	default:
 		usage()
 	}
@@ -62,6 +65,7 @@ func usage() {
   affinity  round robin, hard, threshold and cost soft affinity, oracle, under cache pressure
   router    serve one of section 2's routing policies (a Go net/http ReverseProxy) until stopped
   relay     serve a Go TCP relay (each connection pinned to a backend, no HTTP) until stopped
-  minproxy  serve the least sticky HTTP/1.1 proxy in Go (heads as bytes, no header map) until stopped`)
+  minproxy  serve the least sticky HTTP/1.1 proxy in Go (heads as bytes, no header map) until stopped
+  layerproxy  serve tether's per-request work on tether's own server and transport, without its handler, until stopped`)
 	os.Exit(2)
 }

@@ -41,15 +41,7 @@ func minproxyMain(ctx context.Context, args []string) error {
 // logTo.
 func runMinproxy(ctx context.Context, args []string, logTo io.Writer) error {
 	var work string
-	flags := func(fs *flag.FlagSet) {
-		fs.Func("work", "also do tether's per-request work: log (with its access log) or nolog", func(v string) error {
-			if v != "log" && v != "nolog" {
-				return fmt.Errorf("want log or nolog, got %q", v)
-			}
-			work = v
-			return nil
-		})
-	}
+	flags := func(fs *flag.FlagSet) { workFlag(fs, &work, "also do tether's per-request work") }
 	return serveConns(ctx, "minproxy", args, flags, func(backends []string) (connHandler, func()) {
 		p := &minProxy{table: map[string]int{}}
 		for _, b := range backends {
@@ -61,6 +53,18 @@ func runMinproxy(ctx context.Context, args []string, logTo io.Writer) error {
 			stop = func() { p.closeIdle(); p.work.close() }
 		}
 		return func(ctx context.Context, c net.Conn, _ int) { p.serve(ctx, c) }, stop
+	})
+}
+
+// workFlag adds -work (log or nolog: tether's per-request work with or
+// without its access log) to fs, its value into *work.
+func workFlag(fs *flag.FlagSet, work *string, usage string) {
+	fs.Func("work", usage+": log (with its access log) or nolog", func(v string) error {
+		if v != "log" && v != "nolog" {
+			return fmt.Errorf("want log or nolog, got %q", v)
+		}
+		*work = v
+		return nil
 	})
 }
 
@@ -175,11 +179,11 @@ func (p *minProxy) serve(ctx context.Context, c net.Conn) {
 		}
 		var w *requestWork
 		if p.work != nil {
-			w = p.work.begin(ctx, &req)
+			w = p.work.begin(ctx, req.session)
 		}
 		ok, keep := p.roundTrip(br, bw, &req, &resp, scratch, w)
 		if w != nil {
-			p.work.end(w, &req, &resp, ok)
+			p.endWork(w, &req, &resp, ok)
 		}
 		if !ok {
 			bw.Write(badGateway)
@@ -188,6 +192,19 @@ func (p *minProxy) serve(ctx context.Context, c net.Conn) {
 			return
 		}
 	}
+}
+
+// endWork ends w's work for req, answered by resp when ok.
+func (p *minProxy) endWork(w *requestWork, req, resp *msgHead, ok bool) {
+	var method, path string
+	if p.work.logs() {
+		method, path = requestLine(req.raw)
+	}
+	status := 502
+	if ok {
+		status = statusOf(resp.raw)
+	}
+	p.work.end(w, method, path, status)
 }
 
 // backend is the session's backend, pinning a new session to the next

@@ -89,11 +89,20 @@ func TestMinproxyPinsSessionsAndStops(t *testing.T) {
 	stop()
 }
 
-// TestMinproxyDoesTetherWork: with -work log the minimal proxy keeps a
-// session on the backend its store binds it to, reads the usage the
-// backend reports and writes an access line per request (a miss, then
-// hits); with -work nolog it writes none.
-func TestMinproxyDoesTetherWork(t *testing.T) {
+// TestBenchProxiesDoTetherWork: with -work log the minimal proxy, and the
+// layer proxy (tether's server and transport), keep a session on the
+// backend their store binds it to, read the usage the backend reports
+// and write an access line per request (a miss, then hits); with -work
+// nolog they write none.
+func TestBenchProxiesDoTetherWork(t *testing.T) {
+	for name, run := range map[string]func(context.Context, []string, io.Writer) error{
+		"minproxy": runMinproxy, "layerproxy": runLayerproxy,
+	} {
+		t.Run(name, func(t *testing.T) { testTetherWork(t, run) })
+	}
+}
+
+func testTetherWork(t *testing.T, run func(context.Context, []string, io.Writer) error) {
 	backend := func(name string) *httptest.Server {
 		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
@@ -106,7 +115,7 @@ func TestMinproxyDoesTetherWork(t *testing.T) {
 	for _, work := range []string{"log", "nolog"} {
 		var log testkit.SyncBuffer
 		main := func(ctx context.Context, args []string) error {
-			return runMinproxy(ctx, append(args, "-work", work), &log)
+			return run(ctx, append(args, "-work", work), &log)
 		}
 		addr, stop := startBenchProxy(t, main, strings.TrimPrefix(a.URL, "http://"), strings.TrimPrefix(b.URL, "http://"))
 		client := &http.Client{Timeout: 5 * time.Second}

@@ -92,16 +92,17 @@ func (w *tetherWork) close() {
 	w.store.Close()
 }
 
-// begin decides req's backend: its session's binding, or a new one.
-func (w *tetherWork) begin(ctx context.Context, req *msgHead) *requestWork {
+// begin decides the backend of a request of the session named sess
+// (none: empty): its binding, or a new one.
+func (w *tetherWork) begin(ctx context.Context, sess []byte) *requestWork {
 	r := &requestWork{start: time.Now()}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.scanner.Reset(false)
-	if len(req.session) == 0 {
+	if len(sess) == 0 {
 		r.backend = w.inTurn() // no session: balanced, not bound
 		return r
 	}
-	r.key = session.StoreKey(workPool, string(req.session))
+	r.key = session.StoreKey(workPool, string(sess))
 	if b, ok, _ := w.store.Lookup(r.ctx, r.key, 10*time.Minute); ok {
 		r.backend, r.hit = w.index[b.Pod], true
 		return r
@@ -122,8 +123,13 @@ func (r *requestWork) scan(p []byte) {
 	r.scanner.Write(p)
 }
 
-// end counts the request and writes its access line.
-func (w *tetherWork) end(r *requestWork, req, resp *msgHead, answered bool) {
+// logs reports whether end writes an access line (and so needs the
+// request's method and path).
+func (w *tetherWork) logs() bool { return w.log != nil }
+
+// end counts the request and writes its access line: method and path
+// the request's, status its answer's (502 when none began).
+func (w *tetherWork) end(r *requestWork, method, path string, status int) {
 	r.cancel()
 	d := time.Since(r.start)
 	if r.hit {
@@ -135,14 +141,10 @@ func (w *tetherWork) end(r *requestWork, req, resp *msgHead, answered bool) {
 	if w.log == nil {
 		return
 	}
-	decision, status := "miss", 502
+	decision := "miss"
 	if r.hit {
 		decision = "hit"
 	}
-	if answered {
-		status = statusOf(resp.raw)
-	}
-	method, path := requestLine(req.raw)
 	u, _ := r.scanner.Usage()
 	attrs := append(r.line[:0],
 		slog.String("request_id", proxy.NewRequestID(&r.id)),

@@ -51,12 +51,22 @@ const (
 	// the same without the access log. Measured only when asked for.
 	GoMinimalWork      = "go-minimal-work"
 	GoMinimalWorkNoLog = "go-minimal-work-nolog"
+	// GoLayersWork is tether's work on tether's own server and transport
+	// (packages downstream and upstream: net/http's request and response
+	// objects and header maps) without its handler (package proxy), the
+	// bench's layerproxy command: between GoMinimalWork and tether, it
+	// splits the cost of tether's data path shape in two.
+	// GoLayersWorkNoLog is the same without the access log. Measured only
+	// when asked for.
+	GoLayersWork      = "go-layers-work"
+	GoLayersWorkNoLog = "go-layers-work-nolog"
 )
 
 // AllProxies lists every proxy the section measures by default;
-// TetherBaseline, which needs another build, and GoRelay, GoMinimal and
-// GoMinimalWork(NoLog), references that do a proxy's least (and tether's
-// work on it), only when asked for.
+// TetherBaseline, which needs another build, and GoRelay, GoMinimal,
+// GoMinimalWork(NoLog) and GoLayersWork(NoLog), references that do a
+// proxy's least (and tether's work on it, on the least or on tether's
+// server and transport), only when asked for.
 var AllProxies = []string{Direct, HAProxy, Nginx, GoProxy, Tether, TetherNoLog, TetherRedis, TetherGossip}
 
 // Labels are the names the tables print.
@@ -74,6 +84,8 @@ var Labels = map[string]string{
 	GoMinimal:          "Go minimal sticky proxy (heads as bytes; floor of HTTP)",
 	GoMinimalWork:      "Go minimal proxy + tether's per-request work",
 	GoMinimalWorkNoLog: "Go minimal proxy + tether's per-request work, no access log",
+	GoLayersWork:       "tether's server + transport + work, no handler",
+	GoLayersWorkNoLog:  "tether's server + transport + work, no handler, no access log",
 }
 
 // goEnv is the environment added to a Go proxy's: the sidecars' threads
@@ -145,6 +157,11 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		p, addr, err := env.GoMinimal(name, backends, o.goEnv(false), args...)
 		t.proc, t.url = p, "http://"+addr
 		return t, err
+	case GoLayersWork, GoLayersWorkNoLog:
+		args := map[string][]string{GoLayersWork: {"-work", "log"}, GoLayersWorkNoLog: {"-work", "nolog"}}[name]
+		p, addr, err := env.GoLayers(name, backends, o.goEnv(false), args...)
+		t.proc, t.url = p, "http://"+addr
+		return t, err
 	case Tether:
 		return t, side(procs.Sidecar{Name: "tether-memory"})
 	case TetherBaseline:
@@ -178,5 +195,5 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		}
 		return t, nil
 	}
-	return nil, fmt.Errorf("unknown proxy %q (want one of %v, %s, %s, %s, %s or %s)", name, AllProxies, TetherBaseline, GoRelay, GoMinimal, GoMinimalWork, GoMinimalWorkNoLog)
+	return nil, fmt.Errorf("unknown proxy %q (want one of %v, %s, %s, %s, %s, %s, %s or %s)", name, AllProxies, TetherBaseline, GoRelay, GoMinimal, GoMinimalWork, GoMinimalWorkNoLog, GoLayersWork, GoLayersWorkNoLog)
 }

@@ -128,6 +128,14 @@ func (e *Env) GoMinimal(name string, backends, env []string, args ...string) (*P
 	return e.benchCommand(name, env, "minproxy", backends, args...)
 }
 
+// GoLayers starts this bench binary's layerproxy command (tether's
+// per-request work on tether's server and transport, without its
+// handler) as a process of its own, with env and the command's args
+// (-work) added.
+func (e *Env) GoLayers(name string, backends, env []string, args ...string) (*Process, string, error) {
+	return e.benchCommand(name, env, "layerproxy", backends, args...)
+}
+
 // benchCommand starts this bench binary's command cmd in front of
 // backends, on a fresh address, with env and args added, and waits until
 // it listens.
