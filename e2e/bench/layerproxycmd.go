@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,22 +38,15 @@ func layerproxyMain(ctx context.Context, args []string) error {
 // runLayerproxy is layerproxyMain with its access log (-work log, the
 // default) written to logTo.
 func runLayerproxy(ctx context.Context, args []string, logTo io.Writer) error {
-	fs := flag.NewFlagSet("layerproxy", flag.ExitOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
-	backends := fs.String("backends", "", "backends host:port, comma-separated")
 	work := "log"
-	workFlag(fs, &work, "tether's per-request work (default log)")
-	_ = fs.Parse(args)
-	if *backends == "" {
-		return fmt.Errorf("layerproxy: -backends is required")
-	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, backends, err := listenFor("layerproxy", args, func(fs *flag.FlagSet) {
+		workFlag(fs, &work, "tether's per-request work (default log)")
+	})
 	if err != nil {
 		return err
 	}
-	fmt.Println("serving on", ln.Addr())
 	p := &layerProxy{
-		work: newTetherWork(strings.Split(*backends, ","), work == "log", logTo),
+		work: newTetherWork(backends, work == "log", logTo),
 		// The sidecar's transport, as each pool has it (dial timeout
 		// aside, the sidecar's default).
 		transport: proxy.NewUpstream(proxy.TransportOptions{DialTimeout: 5 * time.Second}),

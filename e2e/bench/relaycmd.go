@@ -33,26 +33,15 @@ type connHandler func(ctx context.Context, c net.Conn, n int)
 // handler has, then calls start's stop. flags, if not nil, adds the
 // command's own flags to the set before it is parsed.
 func serveConns(ctx context.Context, cmd string, args []string, flags func(*flag.FlagSet), start func(backends []string) (connHandler, func())) error {
-	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
-	backends := fs.String("backends", "", "backends host:port, comma-separated")
-	if flags != nil {
-		flags(fs)
-	}
-	_ = fs.Parse(args)
-	if *backends == "" {
-		return fmt.Errorf("%s: -backends is required", cmd)
-	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, backends, err := listenFor(cmd, args, flags)
 	if err != nil {
 		return err
 	}
-	fmt.Println("serving on", ln.Addr())
 	go func() {
 		<-ctx.Done()
 		ln.Close()
 	}()
-	handle, stop := start(strings.Split(*backends, ","))
+	handle, stop := start(backends)
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -72,6 +61,28 @@ func serveConns(ctx context.Context, cmd string, args []string, flags func(*flag
 		}
 		wg.Go(func() { handle(ctx, c, n) })
 	}
+}
+
+// listenFor is the command line of the bench's own proxies: it parses
+// -listen and -backends (and, if flags is not nil, the flags it adds),
+// listens, and prints the address.
+func listenFor(cmd string, args []string, flags func(*flag.FlagSet)) (net.Listener, []string, error) {
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	backends := fs.String("backends", "", "backends host:port, comma-separated")
+	if flags != nil {
+		flags(fs)
+	}
+	_ = fs.Parse(args)
+	if *backends == "" {
+		return nil, nil, fmt.Errorf("%s: -backends is required", cmd)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Println("serving on", ln.Addr())
+	return ln, strings.Split(*backends, ","), nil
 }
 
 // relay copies between c and a new connection to backend until either
