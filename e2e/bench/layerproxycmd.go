@@ -13,6 +13,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/downstream"
 	"github.com/tetherproxy/tether/sidecar/gcfloor"
 	"github.com/tetherproxy/tether/sidecar/proxy"
+	"github.com/tetherproxy/tether/sidecar/server"
 	"github.com/tetherproxy/tether/sidecar/threads"
 	"github.com/tetherproxy/tether/sidecar/upstream"
 )
@@ -53,8 +54,8 @@ func runLayerproxy(ctx context.Context, args []string, logTo io.Writer) error {
 	}
 	defer p.work.close()
 	defer p.transport.CloseIdleConnections()
-	// The sidecar's server settings (sidecar/server).
-	srv := &downstream.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	// The sidecar's listener settings.
+	srv := &downstream.Server{Handler: p, ReadHeaderTimeout: server.ProxyHeaderTimeout, IdleTimeout: server.ProxyIdleTimeout}
 	// The sidecar's runtime rules (sidecar/main.go): its thread count
 	// and its collector's floor, so that what differs from tether is the
 	// handler alone.

@@ -180,8 +180,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			// arrive as long as it keeps arriving (the proxy's idle
 			// deadline, proxy.bodyReadTimeout), and a response streams for
 			// as long as the model generates.
-			ReadHeaderTimeout: proxyHeaderTimeout,
-			IdleTimeout:       proxyIdleTimeout,
+			ReadHeaderTimeout: ProxyHeaderTimeout,
+			IdleTimeout:       ProxyIdleTimeout,
 			Log:               log,
 		}})
 	}
@@ -199,9 +199,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 // client meets (headers, then the idle time between requests); the admin
 // and debug listeners answer small requests at once, except pprof's
 // profiles and traces, which the debug listener lets run for a minute.
+// The proxy's two are exported for the bench's layer proxy, which serves
+// as the sidecar's listener does.
 const (
-	proxyHeaderTimeout   = 10 * time.Second
-	proxyIdleTimeout     = 120 * time.Second
+	ProxyHeaderTimeout   = 10 * time.Second
+	ProxyIdleTimeout     = 120 * time.Second
 	controlHeaderTimeout = 5 * time.Second
 	controlReadTimeout   = 10 * time.Second
 	controlIdleTimeout   = 60 * time.Second

@@ -88,6 +88,13 @@ var Labels = map[string]string{
 	GoLayersWorkNoLog:  "tether's server + transport + work, no handler, no access log",
 }
 
+// workArgs are the bench proxies' -work arguments, by target: tether's
+// per-request work with its access log or without.
+var workArgs = map[string][]string{
+	GoMinimalWork: {"-work", "log"}, GoMinimalWorkNoLog: {"-work", "nolog"},
+	GoLayersWork: {"-work", "log"}, GoLayersWorkNoLog: {"-work", "nolog"},
+}
+
 // goEnv is the environment added to a Go proxy's: the sidecars' threads
 // and, for the Go proxies that are not tether, the GODEBUG a sidecar
 // re-executes itself with (README "Threads"), so that they run as it
@@ -153,13 +160,11 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case GoMinimal, GoMinimalWork, GoMinimalWorkNoLog:
-		args := map[string][]string{GoMinimalWork: {"-work", "log"}, GoMinimalWorkNoLog: {"-work", "nolog"}}[name]
-		p, addr, err := env.GoMinimal(name, backends, o.goEnv(false), args...)
+		p, addr, err := env.GoMinimal(name, backends, o.goEnv(false), workArgs[name]...)
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case GoLayersWork, GoLayersWorkNoLog:
-		args := map[string][]string{GoLayersWork: {"-work", "log"}, GoLayersWorkNoLog: {"-work", "nolog"}}[name]
-		p, addr, err := env.GoLayers(name, backends, o.goEnv(false), args...)
+		p, addr, err := env.GoLayers(name, backends, o.goEnv(false), workArgs[name]...)
 		t.proc, t.url = p, "http://"+addr
 		return t, err
 	case Tether:
