@@ -35,9 +35,11 @@ import (
 type head struct {
 	first  string // the start line, without its CRLF; a slice of the head's one string
 	header http.Header
-	// list, when the head was parsed into a list (room.list): every field
-	// is there, in order, and header holds only the Content-Type's.
-	list *[]Field
+	// list, when the head's fields were also kept as a list (room.list):
+	// every field is there, in order. With listOnly the header holds
+	// only the Content-Type's (the fields are in the list alone).
+	list     *[]Field
+	listOnly bool
 
 	te            bool   // a Transfer-Encoding field
 	hosts         int    // Host fields
@@ -115,15 +117,23 @@ func (r *room) forget() {
 // used reports whether r holds a message not forgotten since.
 func (r *room) used() bool { return len(r.header) > 0 || len(r.list) > 0 }
 
+// listing is what parse does with a head's fields besides the header.
+type listing int
+
+const (
+	unlisted   listing = iota // a header map of them all, no list
+	listOnly                  // a list of them all; a header of the Content-Type's alone
+	listBeside                // both: a header of them all, and a list
+)
+
 // parse copies the head of buf[:n] into one string and its fields into
 // a header, as textproto.ReadMIMEHeader would, or reports false for a
 // field it leaves to net/http. With dropHost the Host fields are noted
 // but left out of the header (ReadRequest deletes them). The header is
 // keep's map and slab when keep is not nil (the message before's
-// cleared), new ones otherwise. With list (and keep), the fields go into
-// keep's list in the order they came instead, and the header holds only
-// the Content-Type's values.
-func parse(buf []byte, n, fields int, dropHost bool, keep *room, list bool) (h head, ok bool) {
+// cleared), new ones otherwise. With a list (listOnly or listBeside, and
+// keep), the fields also go into keep's list in the order they came.
+func parse(buf []byte, n, fields int, dropHost bool, keep *room, list listing) (h head, ok bool) {
 	if fields > maxFields {
 		return head{}, false
 	}
@@ -171,8 +181,8 @@ func parse(buf []byte, n, fields int, dropHost bool, keep *room, list bool) (h h
 		kv[nkv] = Field{key, value}
 		nkv++
 	}
-	if list {
-		h.list = &keep.list
+	if list == listOnly {
+		h.list, h.listOnly = &keep.list, true
 		h.header = keep.listed(kv[:nkv])
 		return h, true
 	}
@@ -207,6 +217,10 @@ func parse(buf []byte, n, fields int, dropHost bool, keep *room, list bool) (h h
 			}
 		}
 		h.header[kv[i].Name] = vv
+	}
+	if list == listBeside {
+		keep.list = append(keep.list, kv[:nkv]...) // forgotten above: empty
+		h.list = &keep.list
 	}
 	return h, true
 }
@@ -420,9 +434,10 @@ func (h *head) fixPragmaCacheControl() {
 	if h.pragmaNoCache && !h.cacheControl {
 		if h.list != nil {
 			*h.list = append(*h.list, Field{"Cache-Control", "no-cache"})
-			return
 		}
-		h.header["Cache-Control"] = []string{"no-cache"}
+		if !h.listOnly {
+			h.header["Cache-Control"] = []string{"no-cache"}
+		}
 	}
 }
 
@@ -436,7 +451,8 @@ func (h *head) shouldClose(major, minor int, removeCloseHeader bool) bool {
 	if hasClose && removeCloseHeader {
 		if h.list != nil {
 			*h.list = slices.DeleteFunc(*h.list, func(f Field) bool { return f.Name == "Connection" })
-		} else {
+		}
+		if !h.listOnly {
 			delete(h.header, "Connection")
 		}
 	}
@@ -448,7 +464,7 @@ func (h *head) connectionHas(token string) bool {
 	switch {
 	case !h.connection:
 		return false
-	case h.list == nil:
+	case !h.listOnly:
 		return httpguts.HeaderValuesContainsToken(h.header["Connection"], token)
 	}
 	for _, f := range *h.list {

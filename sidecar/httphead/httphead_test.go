@@ -145,11 +145,12 @@ func checkRequest(t *testing.T, raw []byte) (taken bool) {
 		r, n, ok := Request(raw)
 		// A connection's parser, after requests of other shapes: what it
 		// makes of raw must not depend on them.
-		used := usedRequests()
+		used := usedRequests(false)
 		ru, nu, oku := used.Request(raw)
 		if nu != n || oku != ok || (r == nil) != (ru == nil) || r != nil && !reflect.DeepEqual(fieldsOf(r), fieldsOf(ru)) {
 			t.Fatalf("a used parser read %q otherwise:\n got %+v\nwant %+v", raw, ru, r)
 		}
+		checkAlsoListed(t, raw, r, n, ok)
 		if r == nil {
 			return message{}, n, ok
 		}
@@ -165,9 +166,9 @@ func checkRequest(t *testing.T, raw []byte) (taken bool) {
 
 // usedRequests is a Requests that has parsed every seed, taken or left
 // (and forgotten one on the way), as a connection's has parsed others
-// before.
-func usedRequests() *Requests {
-	var r Requests
+// before; AlsoListed or not.
+func usedRequests(alsoListed bool) *Requests {
+	r := Requests{AlsoListed: alsoListed}
 	for i, s := range append(takenRequests, leftRequests...) {
 		r.Request([]byte(s))
 		if i == len(takenRequests)/2 {
@@ -178,6 +179,41 @@ func usedRequests() *Requests {
 	// (its version): they must not show in the next.
 	r.Request([]byte("GET / HTTP/2.0\r\nHost: a\r\nX-Stale: 1\r\n\r\n"))
 	return &r
+}
+
+// checkAlsoListed: a used AlsoListed parser takes raw as one that is not
+// (r, n, ok), reads the same request, and lists its fields: what its
+// Header holds, value by value in the same order.
+func checkAlsoListed(t *testing.T, raw []byte, r *http.Request, n int, ok bool) {
+	t.Helper()
+	p := usedRequests(true)
+	rl, nl, okl := p.Request(raw)
+	if nl != n || okl != ok || (rl == nil) != (r == nil) {
+		t.Fatalf("also listed, %q read otherwise: %v %d %v, not %v %d %v", raw, rl, nl, okl, r, n, ok)
+	}
+	if rl == nil {
+		if _, listed := p.Fields(rl); listed {
+			t.Fatalf("also listed, %q declined but listed", raw)
+		}
+		return
+	}
+	if !reflect.DeepEqual(fieldsOf(rl), fieldsOf(r)) {
+		t.Fatalf("also listed, %q:\n got %+v\nwant %+v", raw, fieldsOf(rl), fieldsOf(r))
+	}
+	fields, listed := p.Fields(rl)
+	if !listed {
+		t.Fatalf("also listed, %q: no fields", raw)
+	}
+	header := http.Header{}
+	for _, f := range fields {
+		header[f.Name] = append(header[f.Name], f.Value)
+	}
+	if !reflect.DeepEqual(header, r.Header) {
+		t.Fatalf("also listed, %q: fields %v, header %v", raw, fields, r.Header)
+	}
+	if _, listed := (&Requests{}).Fields(rl); listed {
+		t.Fatal("another parser's request listed")
+	}
 }
 
 // usedResponses is the same for Responses, Listed or not.

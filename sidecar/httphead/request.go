@@ -27,18 +27,42 @@ func Request(buf []byte) (req *http.Request, n int, ok bool) {
 // string that holds the head, which names and values are slices of, so
 // that what a handler keeps of them stays its own.
 type Requests struct {
-	req  http.Request
-	url  url.URL
-	room room
+	// AlsoListed: a request's header fields also go into a list, in the
+	// order they came (Fields), beside its Header, which holds them all
+	// as ever: what a data path that reads and forwards the fields
+	// without the map will take (docs/hop-cost.md "A lean data path").
+	AlsoListed bool
+
+	req    http.Request
+	url    url.URL
+	room   room
+	listed bool // req's fields are also room.list
+}
+
+// Fields returns the header fields of req in the order they came, and
+// true, when req is the request r last parsed AlsoListed; false for any
+// other. They are what req's Header holds, field by field (Host fields
+// left out, Cache-Control added after a Pragma: no-cache), valid, like
+// req, until r's next Request or Forget.
+func (r *Requests) Fields(req *http.Request) ([]Field, bool) {
+	if !r.listed || req != &r.req {
+		return nil, false
+	}
+	return r.room.list, true
 }
 
 // Request is the package's Request, into r's request.
 func (r *Requests) Request(buf []byte) (req *http.Request, n int, ok bool) {
+	r.listed = false
 	n, fields := find(buf)
 	if n == 0 {
 		return nil, 0, false
 	}
-	h, ok := parse(buf, n, fields, true, &r.room, false)
+	list := unlisted
+	if r.AlsoListed {
+		list = listBeside
+	}
+	h, ok := parse(buf, n, fields, true, &r.room, list)
 	if !ok {
 		return nil, 0, false
 	}
@@ -80,13 +104,14 @@ func (r *Requests) Request(buf []byte) (req *http.Request, n int, ok bool) {
 		Host:          host,
 		RequestURI:    target,
 	}
+	r.listed = r.AlsoListed
 	return &r.req, n, true
 }
 
 // Forget drops the last request, so that a connection waiting for its
 // next one keeps nothing of it alive (its head, its body, its context).
 func (r *Requests) Forget() {
-	r.req = http.Request{}
+	r.req, r.listed = http.Request{}, false
 	r.url = url.URL{}
 	r.room.forget()
 }

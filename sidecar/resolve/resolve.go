@@ -24,7 +24,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/pincost"
-	"github.com/tetherproxy/tether/sidecar/reqbody"
+	"github.com/tetherproxy/tether/sidecar/reqview"
 	"github.com/tetherproxy/tether/sidecar/responses"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
@@ -41,7 +41,7 @@ var ErrUnavailable = errors.New("pool unavailable")
 
 // Extractor finds a request's session key (session.Extractor; tests fake it).
 type Extractor interface {
-	Extract(r *http.Request) session.Key
+	ExtractFrom(v reqview.View) session.Key
 }
 
 // Outcome is what the resolver did with a request's session: the
@@ -304,10 +304,15 @@ func (r *Resolver) Resolve(ctx context.Context, req *http.Request) (*Decision, e
 // (a request's own, so that deciding costs it no allocation); nil: in a
 // new one. The decision returned is into, unless Resolve failed.
 func (r *Resolver) ResolveInto(ctx context.Context, req *http.Request, into *Decision) (*Decision, error) {
-	call := responses.Parse(req)
+	return r.ResolveViewInto(ctx, reqview.OfRequest(req), into)
+}
+
+// ResolveViewInto is ResolveInto reading the request through v.
+func (r *Resolver) ResolveViewInto(ctx context.Context, v reqview.View, into *Decision) (*Decision, error) {
+	call := responses.ParseFrom(v)
 	d, err, done := r.resolveCall(ctx, call, into)
 	if !done {
-		d, err = r.resolve(ctx, req, into)
+		d, err = r.resolve(ctx, v, into)
 	}
 	if err == nil {
 		d.learn = call.Kind == responses.Create && call.Stores
@@ -323,7 +328,7 @@ func (r *Resolver) policy() Policy {
 	return Policy{Keys: r.o.Keys, TTL: r.o.TTL, PD: r.o.PD}
 }
 
-func (r *Resolver) resolve(ctx context.Context, req *http.Request, into *Decision) (*Decision, error) {
+func (r *Resolver) resolve(ctx context.Context, req reqview.View, into *Decision) (*Decision, error) {
 	pol := r.policy()
 	if pol.Down != nil {
 		return nil, pol.Down
@@ -332,13 +337,13 @@ func (r *Resolver) resolve(ctx context.Context, req *http.Request, into *Decisio
 	if pol.Keys == nil {
 		return r.unsticky(set, made(into, Decision{pol: pol, Timeout: pol.Timeout}))
 	}
-	key := pol.Keys.Extract(req)
+	key := pol.Keys.ExtractFrom(req)
 	if key.Value == "" {
 		return r.unsticky(set, made(into, Decision{pol: pol, Timeout: pol.Timeout}))
 	}
 	// One hash serves the store, the log and /debug/bindings?keyHash=.
 	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
-	body := reqbody.FromContext(req.Context())
+	body := req.Body()
 	d := made(into, Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout, bodyBytes: body.Len()})
 	if r.o.Affinity.Cost {
 		d.stream = body.Value("stream").Kind == jsonscan.True

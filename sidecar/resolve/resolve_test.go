@@ -17,6 +17,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/outlier"
+	"github.com/tetherproxy/tether/sidecar/reqview"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/memory"
@@ -27,8 +28,8 @@ import (
 // are about bindings, not extraction.
 type headerKeys struct{}
 
-func (headerKeys) Extract(r *http.Request) session.Key {
-	return session.Key{Value: r.Header.Get("X-Session-ID"), Source: config.SourceHeader}
+func (headerKeys) ExtractFrom(v reqview.View) session.Key {
+	return session.Key{Value: v.Header("X-Session-Id"), Source: config.SourceHeader}
 }
 
 // fakeSource is a discovery.Source whose Set the test replaces.

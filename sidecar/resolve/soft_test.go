@@ -15,6 +15,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/discovery"
 	"github.com/tetherproxy/tether/sidecar/outlier"
+	"github.com/tetherproxy/tether/sidecar/reqview"
 	"github.com/tetherproxy/tether/sidecar/session"
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/token"
@@ -179,8 +180,8 @@ func TestSoftBreakLosesToPeer(t *testing.T) {
 // codec verifies it.
 type tokenKeys struct{ codec *token.Codec }
 
-func (k tokenKeys) Extract(r *http.Request) session.Key {
-	tok := r.Header.Get("X-Token")
+func (k tokenKeys) ExtractFrom(v reqview.View) session.Key {
+	tok := v.Header("X-Token")
 	if p, ok := k.codec.Verify(tok); ok {
 		return session.Key{Value: tok, Source: config.SourceToken, Token: p}
 	}

@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/tetherproxy/tether/sidecar/jsonscan"
-	"github.com/tetherproxy/tether/sidecar/reqbody"
+	"github.com/tetherproxy/tether/sidecar/reqview"
 )
 
 // Body fields of POST /v1/responses that routing reads; a listener's
@@ -66,17 +66,20 @@ func (c Call) Param() string {
 
 // Parse reads r's Responses API call. The body fields come from the
 // reqbody.Body in r's context (nil: none).
-func Parse(r *http.Request) Call {
-	p := r.URL.Path
+func Parse(r *http.Request) Call { return ParseFrom(reqview.OfRequest(r)) }
+
+// ParseFrom is Parse reading the request through v.
+func ParseFrom(r reqview.View) Call {
+	p := r.Path()
 	if !strings.HasPrefix(p, prefix) {
 		return Call{}
 	}
 	rest := p[len(prefix):]
 	if rest == "" || rest == "/" {
-		if r.Method != http.MethodPost {
+		if r.Method() != http.MethodPost {
 			return Call{}
 		}
-		body := reqbody.FromContext(r.Context())
+		body := r.Body()
 		c := Call{Kind: Create, Stores: body.Value(FieldStore).Kind != jsonscan.False}
 		if id, ok := body.String(FieldPreviousResponseID); ok && validID(id) {
 			c.ID = id
@@ -91,9 +94,9 @@ func Parse(r *http.Request) Call {
 		return Call{}
 	}
 	switch {
-	case action == "" && (r.Method == http.MethodGet || r.Method == http.MethodDelete),
-		action == "cancel" && r.Method == http.MethodPost,
-		action == "input_items" && r.Method == http.MethodGet:
+	case action == "" && (r.Method() == http.MethodGet || r.Method() == http.MethodDelete),
+		action == "cancel" && r.Method() == http.MethodPost,
+		action == "input_items" && r.Method() == http.MethodGet:
 		return Call{Kind: ByID, ID: id}
 	}
 	return Call{}

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/tetherproxy/tether/sidecar/config"
-	"github.com/tetherproxy/tether/sidecar/reqbody"
+	"github.com/tetherproxy/tether/sidecar/reqview"
 	"github.com/tetherproxy/tether/sidecar/token"
 )
 
@@ -145,7 +145,10 @@ func NewExtractor(sources []config.Source, claims ClaimReader, opts ...Option) *
 // yield nothing). Values longer than MaxKeyBytes are
 // absent. The query string and the bearer token are each parsed at most
 // once, and a token's MAC is checked once.
-func (e *Extractor) Extract(r *http.Request) Key {
+func (e *Extractor) Extract(r *http.Request) Key { return e.ExtractFrom(reqview.OfRequest(r)) }
+
+// ExtractFrom is Extract reading the request through v.
+func (e *Extractor) ExtractFrom(v reqview.View) Key {
 	var (
 		query     url.Values
 		queryDone bool
@@ -154,53 +157,45 @@ func (e *Extractor) Extract(r *http.Request) Key {
 		jwtDone   bool
 	)
 	for _, s := range e.sources {
-		var v string
+		var val string
 		switch s.typ {
 		case config.SourceHeader:
-			if vs := r.Header[s.name]; len(vs) > 0 {
-				v = vs[0]
-			}
+			val = v.Header(s.name)
 		case config.SourceToken:
 			// Verify rejects tokens over token.MaxTokenBytes (< MaxKeyBytes).
-			if tok := e.token(r, s); tok != "" {
+			if tok := e.token(v, s); tok != "" {
 				if p, ok := e.tokens.Verify(tok); ok {
-					return Key{Value: tok, Source: s.typ, Token: e.withPrefill(r, p)}
+					return Key{Value: tok, Source: s.typ, Token: e.withPrefill(v, p)}
 				}
 			}
 		case config.SourceQuery:
 			if !queryDone {
 				queryDone = true
-				if r.URL != nil {
-					// ParseQuery keeps the pairs it could parse when it
-					// reports an error; those are still the client's values.
-					query, _ = url.ParseQuery(r.URL.RawQuery)
-				}
+				// ParseQuery keeps the pairs it could parse when it
+				// reports an error; those are still the client's values.
+				query, _ = url.ParseQuery(v.RawQuery())
 			}
 			if vs := query[s.name]; len(vs) > 0 {
-				v = vs[0]
+				val = vs[0]
 			}
 		case config.SourceCookie:
-			// CookiesNamed allocates only the matching cookies; pools
-			// rarely have more than one Cookie source to re-parse for.
-			if cs := r.CookiesNamed(s.name); len(cs) > 0 {
-				v = cs[0].Value
-			}
+			val, _ = v.Cookie(s.name)
 		case config.SourceBody:
-			v, _ = reqbody.FromContext(r.Context()).String(s.name)
+			val, _ = v.Body().String(s.name)
 		case config.SourceJWTClaim:
 			if !jwtDone {
 				jwtDone = true
-				token, jwtVals = e.readClaims(r)
+				token, jwtVals = e.readClaims(v)
 			}
 			switch {
 			case jwtVals != nil:
-				v = jwtVals[s.jwt]
+				val = jwtVals[s.jwt]
 			case token != "" && !e.multi:
-				v, _ = e.claims.Claim(token, e.jwtNames[s.jwt])
+				val, _ = e.claims.Claim(token, e.jwtNames[s.jwt])
 			}
 		}
-		if v != "" && len(v) <= MaxKeyBytes {
-			return Key{Value: v, Source: s.typ}
+		if val != "" && len(val) <= MaxKeyBytes {
+			return Key{Value: val, Source: s.typ}
 		}
 	}
 	return Key{}
@@ -208,32 +203,27 @@ func (e *Extractor) Extract(r *http.Request) Key {
 
 // token is the raw value of a Token source: its header's first value, or
 // the token cookie's; "" when absent or without a codec to verify it.
-func (e *Extractor) token(r *http.Request, s source) string {
-	if e.tokens == nil {
+func (e *Extractor) token(v reqview.View, s source) string {
+	switch {
+	case e.tokens == nil:
 		return ""
+	case s.cookie:
+		tok, _ := v.Cookie(s.name)
+		return tok
 	}
-	if s.cookie {
-		if cs := r.CookiesNamed(s.name); len(cs) > 0 {
-			return cs[0].Value
-		}
-		return ""
-	}
-	if vs := r.Header[s.name]; len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
+	return v.Header(s.name)
 }
 
 // withPrefill completes a token that names no prefill backend (llm-d's
 // token names one pod) with the prefill token the request carries in the
 // prefill header (llm-d's x-session-token-prefill): its backend is the
 // pair's prefill half. A signed tether token already names both halves.
-func (e *Extractor) withPrefill(r *http.Request, p token.Payload) token.Payload {
+func (e *Extractor) withPrefill(v reqview.View, p token.Payload) token.Payload {
 	if p.Prefill != "" || e.prefill == "" {
 		return p
 	}
-	if vs := r.Header[e.prefill]; len(vs) > 0 {
-		if pf, ok := e.tokens.Verify(vs[0]); ok {
+	if tok := v.Header(e.prefill); tok != "" {
+		if pf, ok := e.tokens.Verify(tok); ok {
 			p.Prefill = pf.Backend
 		}
 	}
@@ -242,11 +232,11 @@ func (e *Extractor) withPrefill(r *http.Request, p token.Payload) token.Payload 
 
 // readClaims finds the bearer token and, when the reader can, verifies
 // it once and reads every JWTClaim source's claim ("" where absent).
-func (e *Extractor) readClaims(r *http.Request) (token string, vals []string) {
+func (e *Extractor) readClaims(v reqview.View) (token string, vals []string) {
 	if e.claims == nil {
 		return "", nil
 	}
-	token = bearer(r.Header.Get("Authorization"))
+	token = bearer(v.Header("Authorization"))
 	if token == "" || !e.multi {
 		return token, nil
 	}
