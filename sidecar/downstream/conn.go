@@ -84,6 +84,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.watch.c = c
 	c.watch.cond.L = &c.watch.mu
 	c.w.header = make(http.Header)
+	c.heads.Listed = s.ListRequests
 	return c
 }
 
@@ -387,7 +388,7 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	req.RemoteAddr = c.remote
 	w := &c.w
 	w.reset(c, req)
-	expect := req.Header.Get("Expect")
+	expect := c.requestField(req, "Expect")
 	continueAsked := httpguts.HeaderValuesContainsToken([]string{expect}, "100-continue")
 	c.watch.begin(cancel)
 	c.body.reset(c, req.Body, continueAsked && req.ProtoAtLeast(1, 1))
@@ -413,6 +414,20 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	reusable := w.reusable()
 	c.forget()
 	return reusable
+}
+
+// requestField is the first value of req's field name (canonical), from
+// its list when it was read Listed.
+func (c *conn) requestField(req *http.Request, name string) string {
+	if fields, ok := c.heads.Fields(req); ok {
+		for _, f := range fields {
+			if f.Name == name {
+				return f.Value
+			}
+		}
+		return ""
+	}
+	return req.Header.Get(name)
 }
 
 // forget drops the finished request, so that a connection waiting for

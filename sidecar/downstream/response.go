@@ -463,6 +463,15 @@ func (w *response) flush() error {
 // request at a time, valid until the handler returns.
 func (w *response) ResponseHeads() *httphead.Responses { return &w.c.backendHeads }
 
+// RequestFields returns the header fields of req in the order they came,
+// and true, when the server lists requests (ListRequests) and req, the
+// request in progress, was read so; its Header is then empty. The
+// handler may edit the list in place and append to it (it has room for
+// a few more fields); valid until the handler returns.
+func (w *response) RequestFields(req *http.Request) ([]httphead.Field, bool) {
+	return w.c.heads.Fields(req)
+}
+
 // Flush is FlushError for http.Flusher.
 func (w *response) Flush() { _ = w.FlushError() }
 

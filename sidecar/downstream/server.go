@@ -67,6 +67,14 @@ type Server struct {
 	WatchAfter time.Duration
 	// Log receives handler panics and accept errors. nil: slog.Default().
 	Log *slog.Logger
+	// ListRequests: a request of the common shape (httphead's) comes to
+	// the handler with an empty Header, its fields listed instead, in the
+	// order they came, for a handler that reads them through the
+	// ResponseWriter (RequestFields: the proxy's lean path, docs/hop-cost.md
+	// "A lean data path"). Any other request has its Header as ever.
+	// Only for a handler that asks for the fields: one that reads the
+	// Header alone would find it empty.
+	ListRequests bool
 
 	// base is every request's parent context, made once: it carries
 	// http.ServerContextKey, by which ReverseProxy knows that a panic

@@ -35,11 +35,10 @@ import (
 type head struct {
 	first  string // the start line, without its CRLF; a slice of the head's one string
 	header http.Header
-	// list, when the head's fields were also kept as a list (room.list):
-	// every field is there, in order. With listOnly the header holds
-	// only the Content-Type's (the fields are in the list alone).
-	list     *[]Field
-	listOnly bool
+	// list, when the head was parsed into a list (room.list): every field
+	// is there, in order, and header holds only the Content-Type's (a
+	// response's) or nothing (a request's).
+	list *[]Field
 
 	te            bool   // a Transfer-Encoding field
 	hosts         int    // Host fields
@@ -55,6 +54,10 @@ type head struct {
 // maxFields is the most header fields a head parsed here has; one with
 // more goes to net/http.
 const maxFields = 32
+
+// spare is the room a list keeps for fields its reader adds (a proxy's
+// X-Forwarded-* and request id), so that adding them allocates nothing.
+const spare = 8
 
 // find looks for a complete head at the start of buf: lines ending in
 // CRLF, with no other CR or LF, up to an empty line. It reports the
@@ -117,23 +120,16 @@ func (r *room) forget() {
 // used reports whether r holds a message not forgotten since.
 func (r *room) used() bool { return len(r.header) > 0 || len(r.list) > 0 }
 
-// listing is what parse does with a head's fields besides the header.
-type listing int
-
-const (
-	unlisted   listing = iota // a header map of them all, no list
-	listOnly                  // a list of them all; a header of the Content-Type's alone
-	listBeside                // both: a header of them all, and a list
-)
-
 // parse copies the head of buf[:n] into one string and its fields into
 // a header, as textproto.ReadMIMEHeader would, or reports false for a
 // field it leaves to net/http. With dropHost the Host fields are noted
 // but left out of the header (ReadRequest deletes them). The header is
 // keep's map and slab when keep is not nil (the message before's
-// cleared), new ones otherwise. With a list (listOnly or listBeside, and
-// keep), the fields also go into keep's list in the order they came.
-func parse(buf []byte, n, fields int, dropHost bool, keep *room, list listing) (h head, ok bool) {
+// cleared), new ones otherwise. With list (and keep), the fields go into
+// keep's list in the order they came instead, and the header holds only
+// the Content-Type's values, or none with dropHost (a request's, which
+// nothing reads by the map).
+func parse(buf []byte, n, fields int, dropHost bool, keep *room, list bool) (h head, ok bool) {
 	if fields > maxFields {
 		return head{}, false
 	}
@@ -181,9 +177,9 @@ func parse(buf []byte, n, fields int, dropHost bool, keep *room, list listing) (
 		kv[nkv] = Field{key, value}
 		nkv++
 	}
-	if list == listOnly {
-		h.list, h.listOnly = &keep.list, true
-		h.header = keep.listed(kv[:nkv])
+	if list {
+		h.list = &keep.list
+		h.header = keep.listed(kv[:nkv], !dropHost)
 		return h, true
 	}
 	// Each name hashed once: a repeated name (rare) is found among those
@@ -218,34 +214,37 @@ func parse(buf []byte, n, fields int, dropHost bool, keep *room, list listing) (
 		}
 		h.header[kv[i].Name] = vv
 	}
-	if list == listBeside {
-		keep.list = append(keep.list, kv[:nkv]...) // forgotten above: empty
-		h.list = &keep.list
-	}
 	return h, true
 }
 
 // listed keeps kv as r's list (the message before's cleared) and
-// returns r's header with only kv's Content-Type values in it.
-func (r *room) listed(kv []Field) http.Header {
+// returns r's header with only kv's Content-Type values in it, or
+// nothing without types. The list keeps room for spare fields more.
+func (r *room) listed(kv []Field, types bool) http.Header {
 	if r.used() {
 		r.forget()
 	}
 	if r.header == nil {
 		r.header = make(http.Header, 1)
 	}
+	if cap(r.list) < len(kv)+spare {
+		r.list = make([]Field, 0, len(kv)+spare)
+	}
 	r.list = append(r.list, kv...)
-	types := 0
+	if !types {
+		return r.header
+	}
+	ntypes := 0
 	for _, f := range kv {
 		if f.Name == "Content-Type" {
-			types++
+			ntypes++
 		}
 	}
-	if types > 0 {
-		if cap(r.values) < types {
-			r.values = make([]string, types)
+	if ntypes > 0 {
+		if cap(r.values) < ntypes {
+			r.values = make([]string, ntypes)
 		}
-		vv := r.values[:0:types]
+		vv := r.values[:0:ntypes]
 		for _, f := range kv {
 			if f.Name == "Content-Type" {
 				vv = append(vv, f.Value)
@@ -434,10 +433,9 @@ func (h *head) fixPragmaCacheControl() {
 	if h.pragmaNoCache && !h.cacheControl {
 		if h.list != nil {
 			*h.list = append(*h.list, Field{"Cache-Control", "no-cache"})
+			return
 		}
-		if !h.listOnly {
-			h.header["Cache-Control"] = []string{"no-cache"}
-		}
+		h.header["Cache-Control"] = []string{"no-cache"}
 	}
 }
 
@@ -451,8 +449,7 @@ func (h *head) shouldClose(major, minor int, removeCloseHeader bool) bool {
 	if hasClose && removeCloseHeader {
 		if h.list != nil {
 			*h.list = slices.DeleteFunc(*h.list, func(f Field) bool { return f.Name == "Connection" })
-		}
-		if !h.listOnly {
+		} else {
 			delete(h.header, "Connection")
 		}
 	}
@@ -464,7 +461,7 @@ func (h *head) connectionHas(token string) bool {
 	switch {
 	case !h.connection:
 		return false
-	case !h.listOnly:
+	case h.list == nil:
 		return httpguts.HeaderValuesContainsToken(h.header["Connection"], token)
 	}
 	for _, f := range *h.list {

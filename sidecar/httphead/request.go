@@ -27,23 +27,25 @@ func Request(buf []byte) (req *http.Request, n int, ok bool) {
 // string that holds the head, which names and values are slices of, so
 // that what a handler keeps of them stays its own.
 type Requests struct {
-	// AlsoListed: a request's header fields also go into a list, in the
-	// order they came (Fields), beside its Header, which holds them all
-	// as ever: what a data path that reads and forwards the fields
-	// without the map will take (docs/hop-cost.md "A lean data path").
-	AlsoListed bool
+	// Listed: a request's header fields go into a list, in the order
+	// they came (Fields), and its Header is empty: the map of every field
+	// is not built, for a data path that reads and forwards the fields
+	// as a list (docs/hop-cost.md "A lean data path"). The list has room
+	// for a few fields more than it holds, for the ones such a path adds.
+	Listed bool
 
 	req    http.Request
 	url    url.URL
 	room   room
-	listed bool // req's fields are also room.list
+	listed bool // req's fields are room.list
 }
 
 // Fields returns the header fields of req in the order they came, and
-// true, when req is the request r last parsed AlsoListed; false for any
-// other. They are what req's Header holds, field by field (Host fields
-// left out, Cache-Control added after a Pragma: no-cache), valid, like
-// req, until r's next Request or Forget.
+// true, when req is the request r last parsed Listed; false for any
+// other (its Header holds them). They are what net/http's Header would
+// hold, field by field (Host fields left out, Cache-Control added after
+// a Pragma: no-cache). Valid, like req, until r's next Request or
+// Forget; the caller may edit the list in place and append to it.
 func (r *Requests) Fields(req *http.Request) ([]Field, bool) {
 	if !r.listed || req != &r.req {
 		return nil, false
@@ -58,11 +60,7 @@ func (r *Requests) Request(buf []byte) (req *http.Request, n int, ok bool) {
 	if n == 0 {
 		return nil, 0, false
 	}
-	list := unlisted
-	if r.AlsoListed {
-		list = listBeside
-	}
-	h, ok := parse(buf, n, fields, true, &r.room, list)
+	h, ok := parse(buf, n, fields, true, &r.room, r.Listed)
 	if !ok {
 		return nil, 0, false
 	}
@@ -104,7 +102,7 @@ func (r *Requests) Request(buf []byte) (req *http.Request, n int, ok bool) {
 		Host:          host,
 		RequestURI:    target,
 	}
-	r.listed = r.AlsoListed
+	r.listed = r.Listed
 	return &r.req, n, true
 }
 
@@ -161,4 +159,13 @@ func init() {
 		p := "/" + string(rune(c))
 		pathKeeps[c] = (&url.URL{Path: p}).EscapedPath() == p
 	}
+}
+
+// HeaderOf is fields as a Header, each name's values in their order.
+func HeaderOf(fields []Field) http.Header {
+	h := make(http.Header, len(fields))
+	for _, f := range fields {
+		h[f.Name] = append(h[f.Name], f.Value)
+	}
+	return h
 }

@@ -61,11 +61,7 @@ func (p *Responses) Response(buf []byte, req *http.Request) (resp *http.Response
 	if n == 0 || req != nil && req.Method == http.MethodHead {
 		return nil, 0, false
 	}
-	list := unlisted
-	if p.Listed {
-		list = listOnly
-	}
-	h, ok := parse(buf, n, fields, false, &p.room, list)
+	h, ok := parse(buf, n, fields, false, &p.room, p.Listed)
 	if !ok || h.te {
 		return nil, 0, false
 	}

@@ -93,6 +93,35 @@ func printable(s string) bool {
 // Forwarded removed, routing headers stripped, query parameters net/url
 // cannot parse dropped. target aims it at each attempt's backend.
 func (x *exchange) outbound(out *http.Request, body []byte) (*http.Request, error) {
+	if x.fieldsIn {
+		fields, err := x.outboundFields(x.in)
+		if err != nil {
+			return nil, err
+		}
+		x.outFields = fields
+	} else if err := x.outboundHeader(); err != nil {
+		return nil, err
+	}
+	x.outURL = *x.in.URL
+	x.outURL.RawQuery = cleanQuery(x.outURL.RawQuery)
+	out.URL = &x.outURL
+	out.Close = false
+	if len(body) > 0 {
+		out.ContentLength, out.GetBody = int64(len(body)), nil
+		if x.pool.bounded == nil {
+			out.GetBody = x.rewind // upstream never replays a body
+		}
+	} else {
+		// No body at all (ReverseProxy's too: a transport may then replay
+		// the request on a connection that turned out dead).
+		out.Body, out.ContentLength, out.GetBody = nil, 0, nil
+	}
+	return out, nil
+}
+
+// outboundHeader is outbound's header rules on the client's Header, in
+// place.
+func (x *exchange) outboundHeader() error {
 	in := x.in
 	h := in.Header
 	if h == nil {
@@ -102,7 +131,7 @@ func (x *exchange) outbound(out *http.Request, body []byte) (*http.Request, erro
 	xff, xfh, xfp := h["X-Forwarded-For"], h["X-Forwarded-Host"], h["X-Forwarded-Proto"]
 	upType := upgradeType(h)
 	if !printable(upType) {
-		return nil, fmt.Errorf("client tried to switch to invalid protocol %q", upType)
+		return fmt.Errorf("client tried to switch to invalid protocol %q", upType)
 	}
 	trailers := httpguts.HeaderValuesContainsToken(h["Te"], "trailers")
 	removeHopByHop(h)
@@ -140,22 +169,7 @@ func (x *exchange) outbound(out *http.Request, body []byte) (*http.Request, erro
 		h["User-Agent"] = noUserAgent
 	}
 	x.h.stripRouting(h)
-
-	x.outURL = *in.URL
-	x.outURL.RawQuery = cleanQuery(x.outURL.RawQuery)
-	out.URL = &x.outURL
-	out.Close = false
-	if len(body) > 0 {
-		out.ContentLength, out.GetBody = int64(len(body)), nil
-		if x.pool.bounded == nil {
-			out.GetBody = x.rewind // upstream never replays a body
-		}
-	} else {
-		// No body at all (ReverseProxy's too: a transport may then replay
-		// the request on a connection that turned out dead).
-		out.Body, out.ContentLength, out.GetBody = nil, 0, nil
-	}
-	return out, nil
+	return nil
 }
 
 // cleanQuery drops what net/url cannot parse from a query (a ';', a bad

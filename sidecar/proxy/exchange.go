@@ -17,6 +17,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/logjson"
 	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/reqbody"
+	"github.com/tetherproxy/tether/sidecar/reqview"
 	"github.com/tetherproxy/tether/sidecar/resolve"
 	"github.com/tetherproxy/tether/sidecar/upstream"
 	"github.com/tetherproxy/tether/sidecar/usage"
@@ -108,6 +109,16 @@ type exchange struct {
 	// X-Forwarded-For and -Host values it may set.
 	outURL   url.URL
 	xff, xfh [1]string
+	// fieldsIn: the client's request came listed (its server's
+	// RequestFields), with an empty Header: inFields are its fields,
+	// edited in place into outFields (outboundFields), and sendFields
+	// the current attempt's (targetFields), which the transport writes
+	// (OutboundFields). view is the request as routing reads it then.
+	fieldsIn   bool
+	inFields   []httphead.Field
+	outFields  []httphead.Field
+	sendFields []httphead.Field
+	view       reqview.Head
 	// informational guards the client's headers from a 1xx response a
 	// transport reports from its own goroutine (got1xx) after the round
 	// trip returned: roundTripping is set while one runs.

@@ -231,6 +231,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.heads = l.ResponseHeads()
 		x.listing, x.heads.Listed = w.(fieldsWriter)
 	}
+	if l, ok := w.(fieldLister); ok {
+		x.inFields, x.fieldsIn = l.RequestFields(r)
+	}
 	defer x.finish()
 	x.identify()
 	body, err := readBody(w, r, h.o.MaxBodyBytes, h.o.BodyReadTimeout)
@@ -260,7 +263,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x.pool = pool
-	d, err := pool.Resolver.ResolveInto(r.Context(), r, &x.decision)
+	var d *resolve.Decision
+	if x.fieldsIn && pool.bounded == nil {
+		x.unlist(r)
+	}
+	if x.fieldsIn {
+		x.view.Reset(r.Method, r.URL, x.inFields, x.fields)
+		d, err = pool.Resolver.ResolveViewInto(r.Context(), &x.view, &x.decision)
+	} else {
+		d, err = pool.Resolver.ResolveInto(r.Context(), r, &x.decision)
+	}
 	if lost, ok := errors.AsType[*responses.LostError](err); ok {
 		lost.Write(x) // its backend is gone: no other can answer
 		return
@@ -376,6 +388,10 @@ func target(out *http.Request, x *exchange) {
 	out.URL.Scheme = "http"
 	out.URL.Host = x.d.Backend.Addr
 	out.Host = x.d.Backend.Addr
+	if x.fieldsIn {
+		x.targetFields()
+		return
+	}
 	if ph := x.pool.PrefillHeader; ph != "" {
 		out.Header.Del(ph) // never a client's value
 		if x.d.Prefill.Addr != "" {

@@ -20,14 +20,13 @@ const maxRequestIDLen = 128
 // identify reads (or gives) the request its id and reads its W3C trace
 // context.
 func (x *exchange) identify() {
-	id := x.in.Header.Get(RequestIDHeader)
+	id := x.clientField(RequestIDHeader)
 	if !validRequestID(id) {
 		id = NewRequestID(&x.idBytes)
-		x.idValues[0] = id
-		x.in.Header[RequestIDHeader] = x.idValues[:] // Header.Set, without its allocation
+		x.setRequestID(id)
 	}
 	x.requestID = id
-	if tp := x.in.Header.Get("Traceparent"); validTraceparent(tp) {
+	if tp := x.clientField("Traceparent"); validTraceparent(tp) {
 		x.traceparent = tp
 	}
 }

@@ -35,52 +35,59 @@ func FuzzViewsAgree(f *testing.F) {
 		f.Add([]byte(h), uint8(i))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, order uint8) {
-		p := httphead.Requests{AlsoListed: true}
-		req, _, ok := p.Request(raw)
+		req, head, fields, ok := parse(t, raw)
 		if !ok {
 			return
 		}
-		fields, listed := p.Fields(req)
-		if !listed {
-			t.Fatalf("%q: taken but not listed", raw)
-		}
-		var head reqview.Head
-		head.Reset(req.Method, req.URL, fields, nil)
-		checkAgree(t, raw, reqview.OfRequest(req), &head, fields)
+		checkAgree(t, raw, reqview.OfRequest(req), head, fields)
 		for _, e := range extractors(order) {
-			if a, b := e.ExtractFrom(reqview.OfRequest(req)), e.ExtractFrom(&head); a != b {
+			if a, b := e.ExtractFrom(reqview.OfRequest(req)), e.ExtractFrom(head); a != b {
 				t.Fatalf("%q: key %+v through net/http's request, %+v through the field list", raw, a, b)
 			}
 		}
 	})
 }
 
+// parse reads raw twice, by httphead: into net/http's request with its
+// header map, and Listed, into a Head over its field list.
+func parse(t *testing.T, raw []byte) (req *http.Request, head *reqview.Head, fields []httphead.Field, ok bool) {
+	t.Helper()
+	req, _, ok = httphead.Request(raw)
+	p := httphead.Requests{Listed: true}
+	listed, _, okl := p.Request(raw)
+	if ok != okl {
+		t.Fatalf("%q: taken %v, listed %v", raw, ok, okl)
+	}
+	if !ok {
+		return nil, nil, nil, false
+	}
+	fields, ok = p.Fields(listed)
+	if !ok {
+		t.Fatalf("%q: taken but not listed", raw)
+	}
+	head = new(reqview.Head)
+	head.Reset(listed.Method, listed.URL, fields, nil)
+	return req, head, fields, true
+}
+
 func TestViewsAgree(t *testing.T) {
 	for _, h := range heads {
-		p := httphead.Requests{AlsoListed: true}
-		req, _, ok := p.Request([]byte(h))
+		req, head, fields, ok := parse(t, []byte(h))
 		if !ok {
 			t.Fatalf("declined: %q", h)
 		}
-		fields, _ := p.Fields(req)
-		var head reqview.Head
-		head.Reset(req.Method, req.URL, fields, nil)
-		checkAgree(t, []byte(h), reqview.OfRequest(req), &head, fields)
+		checkAgree(t, []byte(h), reqview.OfRequest(req), head, fields)
 	}
 }
 
 // TestViewsRead: what each view reads of one request, by value (the
 // agreement of two views that both read nothing would prove nothing).
 func TestViewsRead(t *testing.T) {
-	p := httphead.Requests{AlsoListed: true}
-	req, _, ok := p.Request([]byte(heads[2]))
+	req, head, _, ok := parse(t, []byte(heads[2]))
 	if !ok {
 		t.Fatal("declined")
 	}
-	fields, _ := p.Fields(req)
-	var head reqview.Head
-	head.Reset(req.Method, req.URL, fields, nil)
-	for _, v := range []reqview.View{reqview.OfRequest(req), &head} {
+	for _, v := range []reqview.View{reqview.OfRequest(req), head} {
 		if v.Method() != "POST" || v.Path() != "/v1/responses" || v.RawQuery() != "" {
 			t.Errorf("%T: %s %s ? %s", v, v.Method(), v.Path(), v.RawQuery())
 		}

@@ -48,6 +48,10 @@ type Deps struct {
 	// LogLevel is the level of log's handler, which PUT /debug/loglevel
 	// changes at run time; nil: the level cannot be changed.
 	LogLevel *slog.LevelVar
+	// MappedRequests makes the proxy read every request from its header
+	// map, as it reads those httphead leaves to net/http, instead of as a
+	// list of fields (tests: the two paths compared).
+	MappedRequests bool
 }
 
 // Server is a wired sidecar. Create it with New, bind with Listen, then Run.
@@ -183,6 +187,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 			ReadHeaderTimeout: ProxyHeaderTimeout,
 			IdleTimeout:       ProxyIdleTimeout,
 			Log:               log,
+			// The proxy reads and forwards a request's fields as a list
+			// (proxy's lean path): no header map for the common request.
+			ListRequests: !deps.MappedRequests,
 		}})
 	}
 	limits.publish(lpools)

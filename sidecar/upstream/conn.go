@@ -126,8 +126,13 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 	if req.ContentLength < 0 || req.ContentLength > maxUnwatchedWrite {
 		w.start()
 	}
-	handled, err := writeRequest(c.bw, req, h.trace) // calls trace.WroteRequest; closes req.Body
+	handled, err := writeRequest(c.bw, req, h.trace, h.fields, h.listed) // calls trace.WroteRequest; closes req.Body
 	if !handled {
+		if h.listed {
+			// Request.Write writes the Header: the listed fields go there
+			// (a rare request: an IPv6 backend's, one with trailers).
+			req.Header = headerOf(h.fields)
+		}
 		err = req.Write(oneWrite{c.bw}) // the same
 	}
 	var deadline time.Time

@@ -32,11 +32,26 @@ type HeadLender interface {
 	ResponseHeads() *httphead.Responses
 }
 
+// FieldLister is an Observer whose request's header fields are a list,
+// written as they stand, in their order, in place of the request's
+// Header (the proxy's lean path, docs/hop-cost.md "A lean data path"):
+// canonical names, values with no line break and no space or tab at
+// either end, at most one User-Agent; Host, Content-Length,
+// Transfer-Encoding and Trailer fields are left out (the request's own
+// fields say those). ok false: the Header is written, as ever.
+type FieldLister interface {
+	OutboundFields() (fields []httphead.Field, ok bool)
+}
+
 // hooks are the round trip's: the context's Observer, else its trace's.
 type hooks struct {
 	obs   Observer
 	trace *httptrace.ClientTrace // for WroteRequest, and the rest without obs
 	heads *httphead.Responses    // the Observer's, if it lends them
+	// fields are the Observer's request fields, when listed is set
+	// (FieldLister).
+	fields []httphead.Field
+	listed bool
 }
 
 func hooksOf(ctx context.Context) hooks {
@@ -44,6 +59,9 @@ func hooksOf(ctx context.Context) hooks {
 	h := hooks{obs: obs, trace: httptrace.ContextClientTrace(ctx)}
 	if l, ok := obs.(HeadLender); ok {
 		h.heads = l.ResponseHeads()
+	}
+	if l, ok := obs.(FieldLister); ok {
+		h.fields, h.listed = l.OutboundFields()
 	}
 	return h
 }

@@ -8,8 +8,14 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/tetherproxy/tether/sidecar/httphead"
 )
 
 // viaStdlib is what Request.Write writes for req, as roundTrip calls it.
@@ -25,7 +31,7 @@ func viaStdlib(req *http.Request) (string, error) {
 func viaFast(req *http.Request, trace *httptrace.ClientTrace) (string, bool, error) {
 	var b bytes.Buffer
 	bw := bufio.NewWriterSize(&b, 64) // small: the body crosses buffer flushes
-	handled, err := writeRequest(bw, req, trace)
+	handled, err := writeRequest(bw, req, trace, nil, false)
 	bw.Flush()
 	return b.String(), handled, err
 }
@@ -88,6 +94,93 @@ func FuzzWriteRequest(f *testing.F) {
 	})
 }
 
+// FuzzWriteRequestFields: a request written with listed fields is the
+// request Request.Write writes with those fields as its Header (and no
+// User-Agent of Go's), the fields in their order: the same start line,
+// Host, Content-Length and body, the same fields name by name, value by
+// value.
+//
+//	go test -run '^$' -fuzz FuzzWriteRequestFields ./sidecar/upstream/
+func FuzzWriteRequestFields(f *testing.F) {
+	f.Add("POST", "/v1/completions?x=1", "x-session-id", "abc", "Accept", "a, b", "router/1", `{"prompt":"hi"}`, uint8(0))
+	f.Add("GET", "/v1/models", "X-A", "1", "X-A", "2", "", "", uint8(3))
+	f.Add("PUT", "/", "Host", "other", "Content-Length", "9", "ua", "short", uint8(7))
+	f.Fuzz(func(t *testing.T, method, target, k1, v1, k2, v2, ua, body string, order uint8) {
+		fields := []httphead.Field{{Name: k1, Value: v1}, {Name: k2, Value: v2}, {Name: "User-Agent", Value: ua}, {Name: "X-Last", Value: "z"}}
+		for i := range fields {
+			fields[i].Name = http.CanonicalHeaderKey(fields[i].Name)
+			if !httpguts.ValidHeaderFieldName(fields[i].Name) || !httpguts.ValidHeaderFieldValue(fields[i].Value) || !httphead.PlainValue(fields[i].Value) {
+				return // not a field a proxy lists
+			}
+		}
+		if ua == "" || k1 == "User-Agent" || k2 == "User-Agent" {
+			fields = slices.DeleteFunc(fields, func(f httphead.Field) bool { return f.Name == "User-Agent" })
+		}
+		if order%2 == 1 {
+			slices.Reverse(fields)
+		}
+		mk := func() *http.Request {
+			r, err := http.NewRequest(method, "http://10.0.0.1:8000"+target, nil)
+			if err != nil || !strings.HasPrefix(target, "/") {
+				return nil
+			}
+			if body != "" {
+				r.Body, r.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
+			}
+			return r
+		}
+		a, b := mk(), mk()
+		if a == nil {
+			return
+		}
+		var buf bytes.Buffer
+		bw := bufio.NewWriterSize(&buf, 64)
+		handled, err := writeRequest(bw, a, nil, fields, true)
+		bw.Flush()
+		if !handled {
+			return
+		}
+		b.Header = headerOf(fields)
+		std, serr := viaStdlib(b)
+		if (err == nil) != (serr == nil) {
+			t.Fatalf("errors differ: %v, Request.Write: %v", err, serr)
+		}
+		if err != nil {
+			return
+		}
+		wrote := buf.String()
+		got, gerr := http.ReadRequest(bufio.NewReader(&buf))
+		want, werr := http.ReadRequest(bufio.NewReader(strings.NewReader(std)))
+		if gerr != nil || werr != nil {
+			t.Fatalf("unreadable: %v, %v\n%q\n%q", gerr, werr, wrote, std)
+		}
+		gb, _ := io.ReadAll(got.Body)
+		wb, _ := io.ReadAll(want.Body)
+		if got.Method != want.Method || got.RequestURI != want.RequestURI || got.Host != want.Host ||
+			got.ContentLength != want.ContentLength || !bytes.Equal(gb, wb) || !reflect.DeepEqual(got.Header, want.Header) {
+			t.Fatalf("wrote a request other than Request.Write's:\n%+v\n%+v", got, want)
+		}
+		// In their order: the lines after Host, less those the request
+		// line's framing writes itself.
+		var names []string
+		head := strings.SplitN(wrote, "\r\n\r\n", 2)[0]
+		for _, line := range strings.Split(head, "\r\n")[2:] {
+			if name, _, _ := strings.Cut(line, ":"); name != "Content-Length" {
+				names = append(names, name)
+			}
+		}
+		var want2 []string
+		for _, f := range fields {
+			if f.Name == "User-Agent" || !excluded(f.Name) {
+				want2 = append(want2, f.Name)
+			}
+		}
+		if !slices.Equal(names, want2) {
+			t.Fatalf("fields written in the order %v, listed %v", names, want2)
+		}
+	})
+}
+
 // TestWriteRequestTakesAProxysRequests: the requests the sidecar sends
 // take the fast path; the others are left to Request.Write.
 func TestWriteRequestTakesAProxysRequests(t *testing.T) {
@@ -138,7 +231,7 @@ func BenchmarkWriteRequest(b *testing.B) {
 	bw := bufio.NewWriterSize(io.Discard, 4096)
 	b.ReportAllocs()
 	for b.Loop() {
-		if handled, err := writeRequest(bw, req, nil); !handled || err != nil {
+		if handled, err := writeRequest(bw, req, nil, nil, false); !handled || err != nil {
 			b.Fatal(handled, err)
 		}
 		bw.Reset(io.Discard)
