@@ -23,6 +23,7 @@ type hopFlags struct {
 	maxRate               bool
 	probe                 time.Duration
 	sessions, backends    int
+	headers               string
 	gomaxprocs            int
 	baseline              string
 	godebug               string
@@ -42,6 +43,7 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 	fs.DurationVar(&h.probe, "probe", d.probe, "measured time of one rate-search probe")
 	fs.IntVar(&h.sessions, "sessions", d.sessions, "distinct X-Session-ID values")
 	fs.IntVar(&h.backends, "hop-backends", d.backends, "modelsim backends of the hop benchmark")
+	fs.StringVar(&h.headers, "headers", d.headers, "the requests' fields besides Host, Content-Type, X-Session-ID and Content-Length: "+hop.HeadersPlain+" (none) or "+hop.HeadersSDK+" (the 14 an OpenAI Python SDK request carries, a bearer key among them)")
 	fs.IntVar(&h.gomaxprocs, "tether-gomaxprocs", d.gomaxprocs, "GOMAXPROCS of the sidecars, fixed (0: the sidecar's own choice, one thread while one keeps up and two under load, README \"Threads\")")
 	fs.StringVar(&h.godebug, "godebug", d.godebug, "GODEBUG of the Go proxies (tether's sidecars, the Go ReverseProxy, relay and minimal proxy); empty: the sidecar sets its own ("+sysmon.GODEBUG+", README \"Threads\") and the others get the same; schedtrace=0: Go's default for all")
 	fs.StringVar(&h.baseline, "tether-baseline", d.baseline, "another tether-sidecar binary, measured beside tether as "+hop.TetherBaseline+" (a change's before and after in one run)")
@@ -52,12 +54,17 @@ func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
 var hopDefaults = hopFlags{
 	proxies: "direct,haproxy,nginx,go-reverseproxy,tether,tether-nolog", modes: "non-streaming,streaming", rates: "2000,5000", streamRates: "200,500",
 	duration: 3 * time.Second, warmup: time.Second, maxRate: true, probe: 1500 * time.Millisecond,
-	sessions: 1000, backends: 3,
+	sessions: 1000, backends: 3, headers: hop.HeadersPlain,
 }
 
 func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 	o := hop.Options{Env: env, Duration: h.duration, Warmup: h.warmup, MaxRate: h.maxRate, ProbeTime: h.probe,
-		Sessions: h.sessions, Backends: h.backends}
+		Sessions: h.sessions, Backends: h.backends, Headers: h.headers}
+	switch h.headers {
+	case "", hop.HeadersPlain, hop.HeadersSDK:
+	default:
+		return o, fmt.Errorf("-headers: %q (want %s or %s)", h.headers, hop.HeadersPlain, hop.HeadersSDK)
+	}
 	for p := range strings.SplitSeq(h.proxies, ",") {
 		o.Proxies = append(o.Proxies, strings.TrimSpace(p))
 	}

@@ -52,7 +52,36 @@ type session struct {
 	req  []byte // the whole request: line, headers, body
 }
 
-func newClient(t *target, backends []string, sessions int, mode Mode) *client {
+// Requests' fields besides Host, Content-Type, X-Session-ID and
+// Content-Length (Options.Headers).
+const (
+	HeadersPlain = "plain" // none
+	// HeadersSDK are those an application's request carries through a
+	// router that forwards its client's fields: what the OpenAI Python
+	// SDK sends (over httpx) besides the body's type and length, a
+	// bearer key among them.
+	HeadersSDK = "sdk"
+)
+
+// sdkFields are HeadersSDK's fields, one line each.
+const sdkFields = "Accept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\nAccept: application/json\r\n" +
+	"User-Agent: OpenAI/Python 1.54.4\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.54.4\r\n" +
+	"X-Stainless-OS: Linux\r\nX-Stainless-Arch: x64\r\nX-Stainless-Runtime: CPython\r\n" +
+	"X-Stainless-Runtime-Version: 3.12.7\r\nAuthorization: Bearer sk-bench-0123456789abcdef0123456789abcdef\r\n" +
+	"X-Stainless-Async: false\r\nX-Stainless-Retry-Count: 0\r\nX-Stainless-Read-Timeout: 600\r\n"
+
+// headerLines are the fields of a request of headers (Options.Headers).
+func headerLines(headers string) (string, error) {
+	switch headers {
+	case "", HeadersPlain:
+		return "", nil
+	case HeadersSDK:
+		return sdkFields, nil
+	}
+	return "", fmt.Errorf("hop: headers %q (want %s or %s)", headers, HeadersPlain, HeadersSDK)
+}
+
+func newClient(t *target, backends []string, sessions int, mode Mode, extra string) *client {
 	c := &client{stream: mode == Streaming}
 	tokens := 8
 	if c.stream {
@@ -79,7 +108,7 @@ func newClient(t *target, backends []string, sessions int, mode Mode) *client {
 			p = &pool{addr: addr}
 			pools[addr] = p
 		}
-		req := fmt.Appendf(nil, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n", addr, s, len(body))
+		req := fmt.Appendf(nil, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n", addr, extra, s, len(body))
 		c.sessions = append(c.sessions, session{pool: p, req: append(req, body...)})
 	}
 	return c

@@ -1,6 +1,8 @@
 package hop
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -58,9 +60,9 @@ func TestClientReusesConnectionsAndReadsWholeAnswers(t *testing.T) {
 	for _, mode := range []Mode{NonStreaming, Streaming} {
 		b := newBackend(t)
 		// As a proxy's target, and as direct (the client picks the backend).
-		c := newClient(&target{name: "proxy", url: b.URL}, nil, 10, mode)
+		c := newClient(&target{name: "proxy", url: b.URL}, nil, 10, mode, "")
 		if mode == Streaming {
-			c = newClient(&target{name: "direct"}, []string{b.Listener.Addr().String()}, 10, mode)
+			c = newClient(&target{name: "direct"}, []string{b.Listener.Addr().String()}, 10, mode, "")
 		}
 		for i := range 30 {
 			if err := c.do(t.Context(), i); err != nil {
@@ -77,7 +79,7 @@ func TestClientReusesConnectionsAndReadsWholeAnswers(t *testing.T) {
 // A server that closed an idle connection costs a new one, not an error.
 func TestClientRetriesOnAConnectionClosedIdle(t *testing.T) {
 	b := newBackend(t)
-	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming)
+	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming, "")
 	defer c.close()
 	if err := c.do(t.Context(), 0); err != nil {
 		t.Fatal(err)
@@ -94,7 +96,7 @@ func TestClientRetriesOnAConnectionClosedIdle(t *testing.T) {
 func TestClientCountsBadAnswersAsErrors(t *testing.T) {
 	b := newBackend(t)
 	b.status = http.StatusServiceUnavailable
-	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming)
+	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming, "")
 	if err := c.do(t.Context(), 0); err == nil || !strings.Contains(err.Error(), "status 503") {
 		t.Errorf("a 503: err = %v", err)
 	}
@@ -102,9 +104,30 @@ func TestClientCountsBadAnswersAsErrors(t *testing.T) {
 
 	b = newBackend(t)
 	b.noDone = true
-	c = newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, Streaming)
+	c = newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, Streaming, "")
 	if err := c.do(t.Context(), 0); err == nil || !strings.Contains(err.Error(), "[DONE]") {
 		t.Errorf("a stream without [DONE]: err = %v", err)
 	}
 	c.close()
+}
+
+// TestSDKHeaders: -headers sdk requests carry the SDK's fields besides
+// the session's, and read as one request.
+func TestSDKHeaders(t *testing.T) {
+	extra, err := headerLines(HeadersSDK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(&target{name: "proxy", url: "http://127.0.0.1:1"}, nil, 2, NonStreaming, extra)
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(c.sessions[1].req)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(req.Header) != 17 || req.Header.Get("X-Session-Id") != "hop-000001" ||
+		req.Header.Get("X-Stainless-Lang") != "python" || !strings.HasPrefix(req.Header.Get("Authorization"), "Bearer ") {
+		t.Fatalf("fields %v", req.Header)
+	}
+	if _, err := headerLines("other"); err == nil {
+		t.Fatal("an unknown set of fields taken")
+	}
 }

@@ -22,6 +22,10 @@ type Options struct {
 	StreamRates []float64
 	Backends    int // modelsim processes (default 3)
 	Sessions    int // distinct X-Session-ID values (default 1000)
+	// Headers are the requests' fields besides Host, Content-Type,
+	// X-Session-ID and Content-Length: HeadersPlain (none, the default)
+	// or HeadersSDK.
+	Headers string
 	Warmup      time.Duration
 	Duration    time.Duration
 	// MaxRate searches the highest rate each proxy sustains with the
@@ -246,7 +250,11 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 			return nil, err
 		}
 	}
-	c := newClient(t, backends, o.Sessions, mode)
+	extra, err := headerLines(o.Headers)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(t, backends, o.Sessions, mode, extra)
 	defer c.close()
 	var cpu0, aux0 procs.Usage
 	usage := func() (proxy, aux procs.Usage) {

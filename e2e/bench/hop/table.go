@@ -43,8 +43,12 @@ func (r *Results) Added(p *Point, q float64) (time.Duration, bool) {
 // Setup describes the measurement in one sentence.
 func (r *Results) Setup() string {
 	o := r.Opts
-	return fmt.Sprintf("%d modelsim backends in one process (no artificial latency, no request log), %d sessions (X-Session-ID), keep-alive; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte; streamed responses are %d SSE events",
-		o.Backends, o.Sessions, o.Duration, o.Warmup, StreamEvents)
+	fields := ""
+	if o.Headers == HeadersSDK {
+		fields = ", with the 14 more fields of an OpenAI SDK's request (-headers sdk)"
+	}
+	return fmt.Sprintf("%d modelsim backends in one process (no artificial latency, no request log), %d sessions (X-Session-ID)%s, keep-alive; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte; streamed responses are %d SSE events",
+		o.Backends, o.Sessions, fields, o.Duration, o.Warmup, StreamEvents)
 }
 
 // Tables returns one table per mode and rate, with ratios to HAProxy's
