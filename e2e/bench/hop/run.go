@@ -25,9 +25,9 @@ type Options struct {
 	// Headers are the requests' fields besides Host, Content-Type,
 	// X-Session-ID and Content-Length: HeadersPlain (none, the default)
 	// or HeadersSDK.
-	Headers string
-	Warmup      time.Duration
-	Duration    time.Duration
+	Headers  string
+	Warmup   time.Duration
+	Duration time.Duration
 	// MaxRate searches the highest rate each proxy sustains with the
 	// p99 added over direct's < P99Limit, no errors and the offered rate
 	// completed.
