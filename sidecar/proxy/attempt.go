@@ -74,6 +74,12 @@ func upgradeType(h http.Header) string {
 	return h.Get("Upgrade")
 }
 
+// badUpgrade refuses a request asking to switch to a protocol whose name
+// is not printable.
+func badUpgrade(upType string) error {
+	return fmt.Errorf("client tried to switch to invalid protocol %q", upType)
+}
+
 // printable reports whether s is printable ASCII.
 func printable(s string) bool {
 	for i := 0; i < len(s); i++ {
@@ -131,7 +137,7 @@ func (x *exchange) outboundHeader() error {
 	xff, xfh, xfp := h["X-Forwarded-For"], h["X-Forwarded-Host"], h["X-Forwarded-Proto"]
 	upType := upgradeType(h)
 	if !printable(upType) {
-		return fmt.Errorf("client tried to switch to invalid protocol %q", upType)
+		return badUpgrade(upType)
 	}
 	trailers := httpguts.HeaderValuesContainsToken(h["Te"], "trailers")
 	removeHopByHop(h)

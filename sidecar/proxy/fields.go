@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -34,18 +33,12 @@ func (x *exchange) clientField(name string) string {
 	if !x.fieldsIn {
 		return x.in.Header.Get(name)
 	}
-	v, _ := x.field(name)
-	return v
-}
-
-// field is the first value of the client's listed field name, if any.
-func (x *exchange) field(name string) (string, bool) {
 	for _, f := range x.inFields {
 		if f.Name == name {
-			return f.Value, true
+			return f.Value
 		}
 	}
-	return "", false
+	return ""
 }
 
 // unlist gives the client's request its fields as a Header, for the map
@@ -107,11 +100,11 @@ func (x *exchange) outboundFields(in *http.Request) ([]httphead.Field, error) {
 		upType = x.clientField("Upgrade")
 	}
 	if !printable(upType) {
-		return nil, fmt.Errorf("client tried to switch to invalid protocol %q", upType)
+		return nil, badUpgrade(upType)
 	}
 	trailers := httpguts.HeaderValuesContainsToken(values(fields, "Te", buf[:0]), "trailers")
-	xff := strings.Join(values(fields, "X-Forwarded-For", buf[:0]), ", ")
-	_, hasXFF := x.field("X-Forwarded-For")
+	xffs := values(fields, "X-Forwarded-For", buf[:0])
+	hasXFF, xff := len(xffs) > 0, strings.Join(xffs, ", ")
 	// The fields a Connection field names, as Header.Del would find them.
 	var named [8]string
 	connNames := named[:0]
@@ -122,10 +115,7 @@ func (x *exchange) outboundFields(in *http.Request) ([]httphead.Field, error) {
 			}
 		}
 	}
-	prefill := ""
-	if ph := x.pool.PrefillHeader; ph != "" {
-		prefill = textproto.CanonicalMIMEHeaderKey(ph)
-	}
+	prefill := x.pool.prefillName
 	// The client's X-Forwarded-Host and -Proto stay whatever names them
 	// (the map path takes them before it removes anything): they move
 	// to the end, among the proxy's own.
@@ -229,10 +219,10 @@ func (h *Handler) routing(name string) bool {
 // backend, the prefill header after them.
 func (x *exchange) targetFields() {
 	x.sendFields = x.outFields
-	if ph := x.pool.PrefillHeader; ph != "" && x.d.Prefill.Addr != "" {
+	if name := x.pool.prefillName; name != "" && x.d.Prefill.Addr != "" {
 		// Into the room after outbound's fields (each attempt's in the
 		// same place): outFields keeps its length.
-		x.sendFields = append(x.outFields, httphead.Field{Name: textproto.CanonicalMIMEHeaderKey(ph), Value: x.d.Prefill.Addr})
+		x.sendFields = append(x.outFields, httphead.Field{Name: name, Value: x.d.Prefill.Addr})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/textproto"
 	"os"
 	"sync"
 	"time"
@@ -73,6 +74,9 @@ type Pool struct {
 	// response headers itself; nil: each request's exchange runs the
 	// first-byte clock (headerClock).
 	bounded headerTimeoutTransport
+	// prefillName is PrefillHeader's canonical form: its name among a
+	// listed request's fields.
+	prefillName string
 }
 
 // poolMetrics are the proxy's children of the request-path metrics, taken
@@ -149,6 +153,9 @@ func New(o Options) *Handler {
 		}
 		p.bounded, _ = base.(headerTimeoutTransport)
 		p.transport = firstByteTransport{base: base, pool: p}
+		if p.PrefillHeader != "" {
+			p.prefillName = textproto.CanonicalMIMEHeaderKey(p.PrefillHeader)
+		}
 		h.strip = append(h.strip, p.StripHeaders...)
 		for _, m := range p.Models {
 			h.byModel[m] = p
