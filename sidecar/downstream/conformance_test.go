@@ -218,7 +218,7 @@ func ask(t *testing.T, addr, raw, method string) answer {
 	return a
 }
 
-func serveBoth(t *testing.T, h http.Handler) (std, own string) {
+func serveBoth(t *testing.T, h http.Handler, opts ...func(*Server)) (std, own string) {
 	t.Helper()
 	l1, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -230,6 +230,9 @@ func serveBoth(t *testing.T, h http.Handler) (std, own string) {
 	}
 	s1 := &http.Server{Handler: h, MaxHeaderBytes: 4 << 10}
 	s2 := &Server{Handler: h, MaxHeaderBytes: 4 << 10}
+	for _, o := range opts {
+		o(s2)
+	}
 	go s1.Serve(l1)
 	go s2.Serve(l2)
 	t.Cleanup(func() { s1.Close(); s2.Close() })
@@ -240,9 +243,33 @@ func serveBoth(t *testing.T, h http.Handler) (std, own string) {
 // server and to this one, the same handlers behind both, and compares
 // what a client sees: statuses (1xx included), headers but Date,
 // framing, body, trailers, and whether the connection carries another
-// request.
+// request. Listed, this server hands requests of the common shape over
+// as lists (ListRequests), which the handlers here read back into the
+// Header: the rest (Expect, framing, bodies) must not change.
 func TestAnswersAsNetHTTPDoes(t *testing.T) {
-	std, own := serveBoth(t, mux())
+	for _, listed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("listed=%v", listed), func(t *testing.T) { testAnswersAsNetHTTPDoes(t, listed) })
+	}
+}
+
+// unlisted gives a listed request its Header back before h reads it.
+func unlisted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l, ok := w.(*response); ok {
+			if fields, ok := l.RequestFields(r); ok {
+				r.Header = httphead.HeaderOf(fields)
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func testAnswersAsNetHTTPDoes(t *testing.T, listed bool) {
+	h := mux()
+	if listed {
+		h = unlisted(h)
+	}
+	std, own := serveBoth(t, h, func(s *Server) { s.ListRequests = listed })
 	get := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
 	cases := map[string]struct{ raw, method string }{}
 	for p := range handlers {
