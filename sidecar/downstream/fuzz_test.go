@@ -36,62 +36,76 @@ func FuzzConnection(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	s := &Server{MaxHeaderBytes: 1024, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: 2 * time.Second,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b, err := io.ReadAll(io.LimitReader(r.Body, 4096))
-			if err != nil {
-				w.WriteHeader(http.StatusBadRequest)
-				return
-			}
-			if r.URL.Path == "/stream" {
-				w.Write(b)
-				w.(http.Flusher).Flush()
-			}
-			w.Write(b)
-		})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.Close()
-	f.Fuzz(func(t *testing.T, in []byte) {
-		c, err := net.Dial("tcp", ln.Addr().String())
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(io.LimitReader(r.Body, 4096))
 		if err != nil {
-			t.Fatal(err)
+			w.WriteHeader(http.StatusBadRequest)
+			return
 		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		go func() {
-			c.Write(in)
-			c.(*net.TCPConn).CloseWrite()
-		}()
-		br := bufio.NewReader(c)
-		if bytes.Contains(bytes.ToUpper(in), []byte("HEAD")) {
-			// A response to HEAD has no body whatever its headers say: a
-			// reader that does not know which request it answers cannot
-			// tell where it ends. Check only that the connection ends.
-			if _, err := io.Copy(io.Discard, br); err != nil {
+		if r.URL.Path == "/stream" {
+			w.Write(b)
+			w.(http.Flusher).Flush()
+		}
+		w.Write(b)
+	})
+	// Each input goes to a server that hands requests over with their
+	// header maps and to one that lists them (ListRequests, the sidecar's).
+	var addrs []string
+	for _, listed := range []bool{false, true} {
+		s := &Server{MaxHeaderBytes: 1024, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: 2 * time.Second,
+			ListRequests: listed, Handler: handler}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			f.Fatal(err)
+		}
+		go s.Serve(ln)
+		defer s.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for _, addr := range addrs {
+			checkConnection(t, addr, in)
+		}
+	})
+}
+
+// checkConnection is FuzzConnection's check of one server, at addr.
+func checkConnection(t *testing.T, addr string, in []byte) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	go func() {
+		c.Write(in)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	br := bufio.NewReader(c)
+	if bytes.Contains(bytes.ToUpper(in), []byte("HEAD")) {
+		// A response to HEAD has no body whatever its headers say: a
+		// reader that does not know which request it answers cannot
+		// tell where it ends. Check only that the connection ends.
+		if _, err := io.Copy(io.Discard, br); err != nil {
+			t.Fatalf("the connection did not end: %v", err)
+		}
+		return
+	}
+	for {
+		if _, err := br.Peek(1); err != nil {
+			if !errors.Is(err, io.EOF) {
 				t.Fatalf("the connection did not end: %v", err)
 			}
 			return
 		}
-		for {
-			if _, err := br.Peek(1); err != nil {
-				if !errors.Is(err, io.EOF) {
-					t.Fatalf("the connection did not end: %v", err)
-				}
-				return
-			}
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("malformed response: %v", err)
-			}
-			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-				t.Fatalf("response %d: body cut: %v", resp.StatusCode, err)
-			}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("malformed response: %v", err)
 		}
-	})
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatalf("response %d: body cut: %v", resp.StatusCode, err)
+		}
+	}
 }
 
 // FuzzWriteHeaderFields: for any response head package httphead lists
