@@ -210,11 +210,7 @@ func checkListedRequest(t *testing.T, raw []byte, r *http.Request, n int, ok boo
 	if !listed {
 		t.Fatalf("listed, %q: no fields", raw)
 	}
-	header := http.Header{}
-	for _, f := range fields {
-		header[f.Name] = append(header[f.Name], f.Value)
-	}
-	if !reflect.DeepEqual(header, r.Header) {
+	if header := HeaderOf(fields); !reflect.DeepEqual(header, r.Header) {
 		t.Fatalf("listed, %q: fields %v, header %v", raw, fields, r.Header)
 	}
 	if _, listed := (&Requests{}).Fields(rl); listed {
@@ -329,12 +325,8 @@ func checkListed(t *testing.T, raw []byte, req *http.Request, r *http.Response, 
 	if !listed {
 		t.Fatalf("listed, %q: no fields", raw)
 	}
-	header := http.Header{}
-	for _, f := range fields {
-		header[f.Name] = append(header[f.Name], f.Value)
-	}
 	got, want := responseFieldsOf(rl), responseFieldsOf(r)
-	got.Header = header
+	got.Header = HeaderOf(fields)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("listed, %q:\n got %+v\nwant %+v", raw, got, want)
 	}

@@ -2,6 +2,7 @@ package reqview_test
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,7 +140,7 @@ func checkAgree(t *testing.T, raw []byte, want, got reqview.View, fields []httph
 
 // extractors are extractors with a source of every type a request's
 // head holds, in an order picked by order, and the same sources with
-// the header's name in other spellings.
+// the header's name in another spelling.
 func extractors(order uint8) []*session.Extractor {
 	srcs := []config.Source{
 		{Type: config.SourceHeader, Name: "X-Session-ID"},
@@ -147,11 +148,11 @@ func extractors(order uint8) []*session.Extractor {
 		{Type: config.SourceCookie, Name: "sid"},
 		{Type: config.SourceJWTClaim, Name: "sub"},
 	}
-	perm := int(order) % 24
-	for i := len(srcs) - 1; i > 0; i-- {
-		j := perm % (i + 1)
-		perm /= i + 1
-		srcs[i], srcs[j] = srcs[j], srcs[i]
+	// Eight orders: each source first, the rest after it either way round.
+	k := int(order) % len(srcs)
+	srcs = append(srcs[k:], srcs[:k]...)
+	if order&4 != 0 {
+		slices.Reverse(srcs[1:])
 	}
 	lower := append([]config.Source(nil), srcs...)
 	for i := range lower {

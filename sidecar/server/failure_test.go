@@ -1,11 +1,9 @@
 package server_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -69,36 +67,7 @@ func (s *sidecar) metric(t *testing.T, name string, labels ...string) float64 {
 // and then, unless answer says to respond to the n-th request of its
 // connection (n from 0), closes the connection without a response byte.
 func rawBackend(t *testing.T, answer func(n int) bool) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					if !answer(n) {
-						return // read the whole request, answer nothing
-					}
-					fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Modelsim-Id: raw\r\nContent-Length: 2\r\n\r\n{}")
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return tcpBackend(t, func(n int, _ received) bool { return answer(n) })
 }
 
 // TestRetryOnReusedConnectionClosed: the backend closes a keep-alive

@@ -25,16 +25,17 @@ type received struct {
 	body        string
 }
 
-// recordingBackend answers every request with a small JSON body and
-// sends what it received on the returned channel.
-func recordingBackend(t testing.TB) (addr string, got <-chan received) {
+// tcpBackend is a backend on a bare TCP listener: it reads each request
+// of a connection (n from 0) and hands it to handle, then answers with a
+// small JSON body, or, when handle says not to, closes the connection
+// without a response byte.
+func tcpBackend(t testing.TB, handle func(n int, r received) bool) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	ch := make(chan received, 16)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -44,26 +45,54 @@ func recordingBackend(t testing.TB) (addr string, got <-chan received) {
 			go func() {
 				defer c.Close()
 				br := bufio.NewReader(c)
-				for {
-					var head bytes.Buffer
-					req, err := http.ReadRequest(bufio.NewReader(io.TeeReader(br, &head)))
-					if err != nil {
+				for n := 0; ; n++ {
+					r, err := readReceived(br)
+					if err != nil || !handle(n, r) {
 						return
 					}
-					body, _ := io.ReadAll(req.Body)
-					var names []string
-					lines := strings.Split(strings.SplitN(head.String(), "\r\n\r\n", 2)[0], "\r\n")
-					for _, line := range lines[1:] {
-						name, _, _ := strings.Cut(line, ":")
-						names = append(names, name)
-					}
-					ch <- received{req.Method, req.RequestURI, req.Header, names, string(body)}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Modelsim-Id: raw\r\nContent-Length: 2\r\n\r\n{}")
 				}
 			}()
 		}
 	}()
-	return ln.Addr().String(), ch
+	return ln.Addr().String()
+}
+
+// readReceived reads one request from br: its head line by line (the
+// field names in their order), then its body of Content-Length bytes.
+func readReceived(br *bufio.Reader) (received, error) {
+	var head []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return received{}, err
+		}
+		head = append(head, line...)
+		if len(line) <= 2 {
+			break
+		}
+	}
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		return received{}, err
+	}
+	body := make([]byte, max(req.ContentLength, 0))
+	if _, err := io.ReadFull(br, body); err != nil {
+		return received{}, err
+	}
+	r := received{method: req.Method, uri: req.RequestURI, header: req.Header, body: string(body)}
+	for _, line := range strings.Split(strings.TrimRight(string(head), "\r\n"), "\r\n")[1:] {
+		name, _, _ := strings.Cut(line, ":")
+		r.names = append(r.names, name)
+	}
+	return r, nil
+}
+
+// recordingBackend is a tcpBackend that sends what it received on the
+// returned channel.
+func recordingBackend(t testing.TB) (addr string, got <-chan received) {
+	ch := make(chan received, 16)
+	return tcpBackend(t, func(_ int, r received) bool { ch <- r; return true }), ch
 }
 
 // generatedID is a request id the sidecar made (a version 4 UUID).
