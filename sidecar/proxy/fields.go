@@ -14,7 +14,7 @@ import (
 // The lean path's request headers (docs/hop-cost.md "A lean data path").
 // A client's request read Listed (downstream.Server.ListRequests) comes
 // with an empty Header and its fields as a list, in the order they came.
-// The exchange reads them there (header), routes by them through a
+// The exchange reads them there (clientField), routes by them through a
 // reqview.Head, edits the list in place with the rules outbound applies
 // to a map, rule for rule (outboundFields), and the transport writes the
 // list as it stands (upstream.FieldLister): the backend receives the

@@ -105,6 +105,21 @@ func (c *conn) abort() {
 	c.nc.Close()
 }
 
+// writeAny writes req into bw: by writeRequest, else by Request.Write
+// (either calls trace.WroteRequest and closes req.Body).
+func writeAny(bw *bufio.Writer, req *http.Request, h hooks) error {
+	handled, err := writeRequest(bw, req, h.trace, h.fields, h.listed)
+	if handled {
+		return err
+	}
+	if h.listed {
+		// Request.Write writes the Header: the listed fields go there (a
+		// rare request: an IPv6 backend's, one with trailers).
+		req.Header = headerOf(h.fields)
+	}
+	return req.Write(oneWrite{bw})
+}
+
 // roundTrip writes req on c and reads the response headers, for at most
 // headerTimeout after the request is written when that is positive.
 //
@@ -126,15 +141,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 	if req.ContentLength < 0 || req.ContentLength > maxUnwatchedWrite {
 		w.start()
 	}
-	handled, err := writeRequest(c.bw, req, h.trace, h.fields, h.listed) // calls trace.WroteRequest; closes req.Body
-	if !handled {
-		if h.listed {
-			// Request.Write writes the Header: the listed fields go there
-			// (a rare request: an IPv6 backend's, one with trailers).
-			req.Header = headerOf(h.fields)
-		}
-		err = req.Write(oneWrite{c.bw}) // the same
-	}
+	err := writeAny(c.bw, req, h)
 	var deadline time.Time
 	if headerTimeout > 0 {
 		deadline = time.Now().Add(headerTimeout)

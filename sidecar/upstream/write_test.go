@@ -237,3 +237,24 @@ func BenchmarkWriteRequest(b *testing.B) {
 		bw.Reset(io.Discard)
 	}
 }
+
+// TestListedFieldsReachRequestWrite: a listed request writeRequest
+// leaves to Request.Write (here an IPv6 backend's) still carries its
+// listed fields, and no User-Agent of Go's when they have none.
+func TestListedFieldsReachRequestWrite(t *testing.T) {
+	req, _ := http.NewRequest("POST", "http://[fd00::1]:8000/v1/completions", strings.NewReader("{}"))
+	fields := []httphead.Field{{Name: "X-B", Value: "2"}, {Name: "X-A", Value: "1"}, {Name: "X-A", Value: "3"}}
+	var b bytes.Buffer
+	bw := bufio.NewWriter(&b)
+	if err := writeAny(bw, req, hooks{fields: fields, listed: true}); err != nil {
+		t.Fatal(err)
+	}
+	bw.Flush()
+	got, err := http.ReadRequest(bufio.NewReader(&b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (http.Header{"X-A": {"1", "3"}, "X-B": {"2"}, "Content-Length": {"2"}}); !reflect.DeepEqual(got.Header, want) {
+		t.Fatalf("wrote %v, want %v", got.Header, want)
+	}
+}
