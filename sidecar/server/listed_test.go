@@ -102,9 +102,8 @@ var generatedID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89a
 // requests as lists of fields (its default), the second from header maps,
 // each in front of a recording backend of its own.
 type listedAndMapped struct {
-	listed, mapped       *sidecar
-	toListed, toMapped   <-chan received
-	connListed, connMapd net.Conn
+	listed, mapped     *sidecar
+	toListed, toMapped <-chan received
 }
 
 func startListedAndMapped(t testing.TB) *listedAndMapped {
