@@ -60,10 +60,8 @@ var hopDefaults = hopFlags{
 func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 	o := hop.Options{Env: env, Duration: h.duration, Warmup: h.warmup, MaxRate: h.maxRate, ProbeTime: h.probe,
 		Sessions: h.sessions, Backends: h.backends, Headers: h.headers}
-	switch h.headers {
-	case "", hop.HeadersPlain, hop.HeadersSDK:
-	default:
-		return o, fmt.Errorf("-headers: %q (want %s or %s)", h.headers, hop.HeadersPlain, hop.HeadersSDK)
+	if _, err := hop.HeaderLines(h.headers); err != nil {
+		return o, fmt.Errorf("-%v", err)
 	}
 	for p := range strings.SplitSeq(h.proxies, ",") {
 		o.Proxies = append(o.Proxies, strings.TrimSpace(p))

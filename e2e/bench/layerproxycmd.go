@@ -23,8 +23,10 @@ import (
 // downstream and upstream, until stopped: net/http's request and
 // response objects with their header maps, the server's connection loop
 // and the transport's keep-alive pools, and the sidecar's thread and
-// collector rules (packages threads and gcfloor), as the sidecar has
-// them; but not the sidecar's handler (package proxy: its exchange,
+// collector rules (packages threads and gcfloor), as the sidecar had
+// them until it read requests as lists of fields (its listeners'
+// ListRequests; this proxy on them is the lean path plan's last slice,
+// docs/hop-cost.md "A lean data path"); but not the sidecar's handler (package proxy: its exchange,
 // limits, retries, timers, header rewriting and field-wise response
 // writing). Section 1 measures it between the minimal proxy doing the
 // same work and tether (`bench hop -proxies go-layers-work`), which

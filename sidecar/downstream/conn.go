@@ -420,12 +420,7 @@ func (c *conn) serveRequest(req *http.Request) bool {
 // its list when it was read Listed.
 func (c *conn) requestField(req *http.Request, name string) string {
 	if fields, ok := c.heads.Fields(req); ok {
-		for _, f := range fields {
-			if f.Name == name {
-				return f.Value
-			}
-		}
-		return ""
+		return httphead.FieldValue(fields, name)
 	}
 	return req.Header.Get(name)
 }

@@ -161,6 +161,17 @@ func init() {
 	}
 }
 
+// FieldValue is the value of the first of fields named name (canonical),
+// "" for none: Header.Get on a list.
+func FieldValue(fields []Field, name string) string {
+	for _, f := range fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
 // HeaderOf is fields as a Header, each name's values in their order.
 func HeaderOf(fields []Field) http.Header {
 	h := make(http.Header, len(fields))

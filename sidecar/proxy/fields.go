@@ -33,12 +33,7 @@ func (x *exchange) clientField(name string) string {
 	if !x.fieldsIn {
 		return x.in.Header.Get(name)
 	}
-	for _, f := range x.inFields {
-		if f.Name == name {
-			return f.Value
-		}
-	}
-	return ""
+	return httphead.FieldValue(x.inFields, name)
 }
 
 // unlist gives the client's request its fields as a Header, for the map
@@ -47,17 +42,6 @@ func (x *exchange) unlist(r *http.Request) {
 	h := httphead.HeaderOf(x.inFields)
 	x.in.Header, r.Header = h, h
 	x.inFields, x.fieldsIn = nil, false
-}
-
-// values are the values of the fields named name (canonical), in order.
-// A listed request's are gathered in buf (its room reused).
-func values(fields []httphead.Field, name string, buf []string) []string {
-	for _, f := range fields {
-		if f.Name == name {
-			buf = append(buf, f.Value)
-		}
-	}
-	return buf
 }
 
 // setRequestID replaces the client's request ids with id, as
@@ -94,27 +78,35 @@ func dropNamed(fields []httphead.Field, name string) []httphead.Field {
 // the attempt's (target).
 func (x *exchange) outboundFields(in *http.Request) ([]httphead.Field, error) {
 	fields := x.inFields
-	var buf [4]string
+	// What the rules read, in one pass: the Connection values (an
+	// upgrade, and the fields they name, as Header.Del would find them),
+	// the Te values and the X-Forwarded-For values.
+	var connBuf, teBuf, xffBuf [2]string
+	conn, te, xffs := connBuf[:0], teBuf[:0], xffBuf[:0]
+	var named [8]string
+	connNames := named[:0]
+	for _, f := range fields {
+		switch f.Name {
+		case "Connection":
+			conn = append(conn, f.Value)
+			for name := range connectionNames(f.Value) {
+				connNames = append(connNames, textproto.CanonicalMIMEHeaderKey(name))
+			}
+		case "Te":
+			te = append(te, f.Value)
+		case "X-Forwarded-For":
+			xffs = append(xffs, f.Value)
+		}
+	}
 	upType := ""
-	if conn := values(fields, "Connection", buf[:0]); httpguts.HeaderValuesContainsToken(conn, "Upgrade") {
+	if httpguts.HeaderValuesContainsToken(conn, "Upgrade") {
 		upType = x.clientField("Upgrade")
 	}
 	if !printable(upType) {
 		return nil, badUpgrade(upType)
 	}
-	trailers := httpguts.HeaderValuesContainsToken(values(fields, "Te", buf[:0]), "trailers")
-	xffs := values(fields, "X-Forwarded-For", buf[:0])
+	trailers := httpguts.HeaderValuesContainsToken(te, "trailers")
 	hasXFF, xff := len(xffs) > 0, strings.Join(xffs, ", ")
-	// The fields a Connection field names, as Header.Del would find them.
-	var named [8]string
-	connNames := named[:0]
-	for _, f := range fields {
-		if f.Name == "Connection" {
-			for name := range connectionNames(f.Value) {
-				connNames = append(connNames, textproto.CanonicalMIMEHeaderKey(name))
-			}
-		}
-	}
 	prefill := x.pool.prefillName
 	// The client's X-Forwarded-Host and -Proto stay whatever names them
 	// (the map path takes them before it removes anything): they move

@@ -111,14 +111,7 @@ func (h *Head) RawQuery() string {
 	return h.url.RawQuery
 }
 
-func (h *Head) Header(name string) string {
-	for _, f := range h.fields {
-		if f.Name == name {
-			return f.Value
-		}
-	}
-	return ""
-}
+func (h *Head) Header(name string) string { return httphead.FieldValue(h.fields, name) }
 
 // Cookie reads the Cookie fields as net/http does, by net/http itself:
 // a request of those fields alone, built only when a cookie is asked

@@ -70,15 +70,16 @@ const sdkFields = "Accept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\nA
 	"X-Stainless-Runtime-Version: 3.12.7\r\nAuthorization: Bearer sk-bench-0123456789abcdef0123456789abcdef\r\n" +
 	"X-Stainless-Async: false\r\nX-Stainless-Retry-Count: 0\r\nX-Stainless-Read-Timeout: 600\r\n"
 
-// headerLines are the fields of a request of headers (Options.Headers).
-func headerLines(headers string) (string, error) {
+// HeaderLines are the fields of a request of headers (Options.Headers),
+// or an error naming the sets there are.
+func HeaderLines(headers string) (string, error) {
 	switch headers {
 	case "", HeadersPlain:
 		return "", nil
 	case HeadersSDK:
 		return sdkFields, nil
 	}
-	return "", fmt.Errorf("hop: headers %q (want %s or %s)", headers, HeadersPlain, HeadersSDK)
+	return "", fmt.Errorf("headers %q (want %s or %s)", headers, HeadersPlain, HeadersSDK)
 }
 
 func newClient(t *target, backends []string, sessions int, mode Mode, extra string) *client {

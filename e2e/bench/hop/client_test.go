@@ -114,7 +114,7 @@ func TestClientCountsBadAnswersAsErrors(t *testing.T) {
 // TestSDKHeaders: -headers sdk requests carry the SDK's fields besides
 // the session's, and read as one request.
 func TestSDKHeaders(t *testing.T) {
-	extra, err := headerLines(HeadersSDK)
+	extra, err := HeaderLines(HeadersSDK)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestSDKHeaders(t *testing.T) {
 		req.Header.Get("X-Stainless-Lang") != "python" || !strings.HasPrefix(req.Header.Get("Authorization"), "Bearer ") {
 		t.Fatalf("fields %v", req.Header)
 	}
-	if _, err := headerLines("other"); err == nil {
+	if _, err := HeaderLines("other"); err == nil {
 		t.Fatal("an unknown set of fields taken")
 	}
 }

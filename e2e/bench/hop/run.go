@@ -250,7 +250,7 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 			return nil, err
 		}
 	}
-	extra, err := headerLines(o.Headers)
+	extra, err := HeaderLines(o.Headers)
 	if err != nil {
 		return nil, err
 	}
