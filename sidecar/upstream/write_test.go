@@ -151,8 +151,17 @@ func FuzzWriteRequestFields(f *testing.F) {
 		wrote := buf.String()
 		got, gerr := http.ReadRequest(bufio.NewReader(&buf))
 		want, werr := http.ReadRequest(bufio.NewReader(strings.NewReader(std)))
-		if gerr != nil || werr != nil {
-			t.Fatalf("unreadable: %v, %v\n%q\n%q", gerr, werr, wrote, std)
+		if werr != nil {
+			// Request.Write wrote what no server reads (a target net/url
+			// keeps with a space in its query; a client's request line
+			// cannot carry one to the proxy): the same request line, then.
+			if line, _, _ := strings.Cut(wrote, "\r\n"); !strings.HasPrefix(std, line+"\r\n") {
+				t.Fatalf("request lines differ where Request.Write's is unreadable (%v):\n%q\n%q", werr, wrote, std)
+			}
+			return
+		}
+		if gerr != nil {
+			t.Fatalf("unreadable where Request.Write's is not: %v\n%q\n%q", gerr, wrote, std)
 		}
 		gb, _ := io.ReadAll(got.Body)
 		wb, _ := io.ReadAll(want.Body)
