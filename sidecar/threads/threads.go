@@ -12,18 +12,28 @@
 // time every tick: on one thread, the last UpAfter averaging Up of a core
 // or more brings the full count back (a saturated thread within three
 // ticks); on the full count, a window of DownAfter that averaged under
-// Down of a core returns to one. The gap between the two thresholds (and
-// the windows) keeps it from flapping.
+// Down of a core returns to one.
 //
 // Down is measured on the full count, which costs more per request than
-// one thread does (the wake-ups above): 40% of a core on two threads is
-// about a third of a core on one. Up looks at a few ticks rather than
+// one thread does (the wake-ups above): 60% of a core on two threads is
+// about 40–50% on one, under Up. Up looks at a few ticks rather than
 // one because a single busy tick is no load: a garbage collection's mark
 // phase, a metrics scrape or a few requests arriving together fill 10 ms
 // of one thread now and then at loads one thread serves with a lower
 // tail than two (docs/hop-cost.md "The thread rule, measured": at 2,000
 // requests/s a one-tick Up kept two threads for good, at about 15% more
 // CPU per request).
+//
+// A load that came back to one thread is one that thread carries, and
+// its bursts would take the second back within a second, again and again
+// (5,000 requests/s on the bench's machine: 40–50% of a core on one
+// thread, 50 ms windows over 60% several times a second). So once the
+// count has come down, Up judges the last UpAfterSettled instead, until
+// a reading near idle (under Idle of a core) says that load has gone: a
+// thread the load fills still brings the second, within 150–250 ms of
+// that window, a burst no longer does. Without it, a Down high enough to
+// return at such a load flapped; with Down low enough not to flap, two
+// threads stayed for good at 1.4–1.75× the CPU per request one needs.
 //
 // While the sidecar is near idle (one thread, the last reading under Idle
 // of a core) it reads every IdleTick instead: the 10 ms tick was 100
@@ -47,13 +57,14 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultTick      = 10 * time.Millisecond
-	DefaultUp        = 0.6
-	DefaultUpAfter   = 50 * time.Millisecond
-	DefaultDown      = 0.4
-	DefaultDownAfter = time.Second
-	DefaultIdle      = 0.05
-	DefaultIdleTick  = 100 * time.Millisecond
+	DefaultTick           = 10 * time.Millisecond
+	DefaultUp             = 0.6
+	DefaultUpAfter        = 50 * time.Millisecond
+	DefaultUpAfterSettled = 500 * time.Millisecond
+	DefaultDown           = 0.6
+	DefaultDownAfter      = time.Second
+	DefaultIdle           = 0.05
+	DefaultIdleTick       = 100 * time.Millisecond
 )
 
 // Options configure Run. Zero values take the defaults.
@@ -69,6 +80,11 @@ type Options struct {
 	// judges every tick alone.
 	Up      float64
 	UpAfter time.Duration
+	// UpAfterSettled replaces UpAfter after a return to one thread,
+	// until a reading under Idle: a load one thread was found to carry
+	// takes the full count back only when it fills the thread for longer
+	// than its bursts do.
+	UpAfterSettled time.Duration
 	// Down is the share of one core, averaged over DownAfter on Max
 	// threads, under which the sidecar returns to one thread.
 	Down      float64
@@ -99,6 +115,9 @@ func (o *Options) defaults() {
 	}
 	if o.UpAfter <= 0 {
 		o.UpAfter = DefaultUpAfter
+	}
+	if o.UpAfterSettled <= 0 {
+		o.UpAfterSettled = DefaultUpAfterSettled
 	}
 	if o.Down <= 0 {
 		o.Down = DefaultDown
@@ -200,11 +219,15 @@ type Controller struct {
 	// On Max threads: the CPU time used and the time passed in the
 	// current window.
 	used, passed time.Duration
-	// The last readings, as many ticks as fit in UpAfter (on either
-	// count: the window is full when the count drops to one), oldest at
-	// recent[next]; Up judges the last UpAfter of them (window).
+	// The last readings, as many ticks as fit in the longer of UpAfter
+	// and UpAfterSettled (on either count: the window is full when the
+	// count drops to one), oldest at recent[next]; Up judges the last
+	// UpAfter of them, or UpAfterSettled while settled (window).
 	recent []sample
 	next   int
+	// settled: the count came down to one, and no reading since was
+	// under Idle (the load that came down is still there).
+	settled bool
 }
 
 type sample struct{ used, passed time.Duration }
@@ -214,7 +237,7 @@ func NewController(o Options) *Controller {
 	o.defaults()
 	// It starts as if idle for the window before (a burst at start waits
 	// as a burst later would).
-	recent := make([]sample, max(1, int(o.UpAfter/o.Tick)))
+	recent := make([]sample, max(1, int(max(o.UpAfter, o.UpAfterSettled)/o.Tick)))
 	for i := range recent {
 		recent[i].passed = o.Tick
 	}
@@ -234,7 +257,15 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 	c.recent[c.next] = sample{used, passed}
 	c.next = (c.next + 1) % len(c.recent)
 	if c.procs == 1 {
-		if u, p := c.window(); float64(u) >= c.o.Up*float64(p) {
+		span := c.o.UpAfter
+		if c.settled {
+			if float64(used) < c.o.Idle*float64(passed) {
+				c.settled = false // that load has gone
+			} else {
+				span = c.o.UpAfterSettled
+			}
+		}
+		if u, p := c.window(span); float64(u) >= c.o.Up*float64(p) {
 			c.procs, c.used, c.passed = c.o.Max, 0, 0
 			return c.procs, true
 		}
@@ -248,22 +279,23 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 	quiet := float64(c.used) < c.o.Down*float64(c.passed)
 	c.used, c.passed = 0, 0
 	if quiet {
-		c.procs = 1
+		c.procs, c.settled = 1, true
 		return 1, true
 	}
 	return c.procs, false
 }
 
-// window sums the readings of the last UpAfter, newest first, the oldest
+// window sums the readings of the last span, newest first, the oldest
 // one that reaches past it counted for its part inside (a reading after
 // IdleTick is longer than the window). Readings that together fall short
-// of it (the ring holds UpAfter/Tick of them, so only readings shorter
-// than Tick, which Run does not make, can) are summed as they are.
-func (c *Controller) window() (used, passed time.Duration) {
+// of it (the ring holds the longer window's ticks, so only readings
+// shorter than Tick, which Run does not make, can) are summed as they
+// are.
+func (c *Controller) window(span time.Duration) (used, passed time.Duration) {
 	for i := range c.recent {
 		s := c.ago(i)
-		if left := c.o.UpAfter - passed; s.passed > left {
-			return used + time.Duration(float64(s.used)*float64(left)/float64(s.passed)), c.o.UpAfter
+		if left := span - passed; s.passed > left {
+			return used + time.Duration(float64(s.used)*float64(left)/float64(s.passed)), span
 		}
 		used, passed = used+s.used, passed+s.passed
 	}

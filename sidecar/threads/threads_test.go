@@ -40,15 +40,15 @@ func TestControllerFollowsTheLoad(t *testing.T) {
 	if n, changed := c.Observe(load(1), tick); !changed || n != 2 {
 		t.Fatalf("second busy tick: %d threads (changed %v), want 2", n, changed)
 	}
-	// Between the thresholds it stays on two, window after window.
+	// Over Down it stays on two, window after window.
 	for range 300 {
-		if n, changed := c.Observe(load(0.45), tick); changed || n != 2 {
-			t.Fatalf("at 0.45 of a core: %d threads (changed %v), want 2", n, changed)
+		if n, changed := c.Observe(load(0.7), tick); changed || n != 2 {
+			t.Fatalf("at 0.7 of a core: %d threads (changed %v), want 2", n, changed)
 		}
 	}
 	// A quiet second returns to one, not before it ends.
 	for i := range 100 {
-		n, changed := c.Observe(load(0.35), tick)
+		n, changed := c.Observe(load(0.55), tick)
 		if i < 99 && (changed || n != 2) {
 			t.Fatalf("tick %d of a quiet second: %d threads (changed %v)", i, n, changed)
 		}
@@ -102,10 +102,70 @@ func TestControllerAveragesTheWindow(t *testing.T) {
 	for i := range 100 {
 		used := load(0.1)
 		if i == 50 {
-			used = load(40) // 400 ms of CPU within one tick on four threads
+			used = load(60) // 600 ms of CPU within one tick on four threads
 		}
 		if n, _ := c.Observe(used, tick); n != 4 {
 			t.Fatalf("tick %d: %d threads, want 4", i, n)
+		}
+	}
+}
+
+// A load that came back to one thread keeps it through bursts that would
+// take a fresh load's thread count up (Up judges UpAfterSettled, not
+// UpAfter); a load that fills the thread still brings the full count
+// back; and once a reading was near idle, the short window applies again.
+func TestControllerSettlesAfterComingDown(t *testing.T) {
+	// Five busy ticks in every fifty, light ones between: each burst
+	// fills a 50 ms window, no 500 ms one ((5 + 45 × 0.45)/50 = 0.505).
+	bursty := func(i int) time.Duration {
+		if i%50 < 5 {
+			return load(1)
+		}
+		return load(0.45)
+	}
+	fresh := NewController(Options{Max: 2, Tick: tick})
+	for i := range 50 {
+		fresh.Observe(bursty(i), tick)
+	}
+	if fresh.Procs() != 2 {
+		t.Fatalf("a fresh load's burst: %d threads, want 2 (the test's bursts must fill the short window)", fresh.Procs())
+	}
+
+	c := NewController(Options{Max: 2, Tick: tick})
+	down := func() {
+		for c.Procs() == 1 {
+			c.Observe(load(1), tick)
+		}
+		for range 100 {
+			c.Observe(load(0.5), tick) // a second under Down on two
+		}
+		if c.Procs() != 1 {
+			t.Fatalf("after a second at 0.5 of a core on two: %d threads, want 1", c.Procs())
+		}
+	}
+	down()
+	for i := range 1000 {
+		if n, changed := c.Observe(bursty(i), tick); changed || n != 1 {
+			t.Fatalf("settled, tick %d: %d threads (changed %v), want 1", i, n, changed)
+		}
+	}
+	busy := 0
+	for c.Procs() == 1 {
+		c.Observe(load(1), tick)
+		busy++
+	}
+	if busy <= 5 || busy > 25 {
+		t.Fatalf("settled, a filled thread brought two after %d ticks, want 6–25 (more than the short window, within half the long one)", busy)
+	}
+
+	down()
+	if n, _ := c.Observe(load(0.01), tick); n != 1 {
+		t.Fatalf("near idle: %d threads", n)
+	}
+	for i := range 5 {
+		c.Observe(load(1), tick)
+		if i == 4 && c.Procs() != 2 {
+			t.Fatalf("after a reading near idle, five busy ticks: %d threads, want 2", c.Procs())
 		}
 	}
 }
