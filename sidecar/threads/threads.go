@@ -259,7 +259,7 @@ func (c *Controller) Observe(used, passed time.Duration) (int, bool) {
 	if c.procs == 1 {
 		span := c.o.UpAfter
 		if c.settled {
-			if float64(used) < c.o.Idle*float64(passed) {
+			if c.nearIdle(sample{used, passed}) {
 				c.settled = false // that load has gone
 			} else {
 				span = c.o.UpAfterSettled
@@ -305,11 +305,16 @@ func (c *Controller) window(span time.Duration) (used, passed time.Duration) {
 // Next is how long until the next reading: IdleTick on one thread after
 // a reading under Idle of a core, Tick otherwise.
 func (c *Controller) Next() time.Duration {
-	last := c.ago(0)
-	if c.procs == 1 && float64(last.used) < c.o.Idle*float64(last.passed) {
+	if c.procs == 1 && c.nearIdle(c.ago(0)) {
 		return c.o.IdleTick
 	}
 	return c.o.Tick
+}
+
+// nearIdle reports whether a reading used under Idle of a core: what
+// ends a settled load and slows the readings.
+func (c *Controller) nearIdle(s sample) bool {
+	return float64(s.used) < c.o.Idle*float64(s.passed)
 }
 
 // ago is the reading i before the newest (0: the newest).
