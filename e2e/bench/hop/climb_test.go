@@ -134,3 +134,51 @@ func TestRatioToPrintsBoundsNotNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestClimbRecordsWhatStoppedIt: a search that stopped at a failure
+// keeps the confirming probe's figures, its p99 measured against the
+// fresh direct probe before it (not the rung's first), and the table
+// names every rule it broke.
+func TestClimbRecordsWhatStoppedIt(t *testing.T) {
+	const limit = 5 * time.Millisecond
+	o := Options{Proxies: []string{Direct, "a", "b", "c"}, P99Limit: limit, Step: func(string) {}, Skip: func(int) {}}
+	directs := map[float64]int{}
+	out, err := climb(o, NonStreaming, func(name string, rate float64) (*loadgen.Result, error) {
+		switch {
+		case name == Direct:
+			directs[rate]++
+			if directs[rate] > 1 {
+				return result(2*time.Millisecond, 0, 1000), nil // the fresh one
+			}
+			return result(time.Millisecond, 0, 1000), nil
+		case name == "a" && rate >= 3000:
+			return result(12*time.Millisecond, 0, 1000), nil
+		case name == "b" && rate >= 2000:
+			return result(time.Millisecond, 3, 900), nil
+		}
+		return result(time.Millisecond, 0, 1000), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := out[1], out[2], out[3]
+	if a.Rate != 2000 || a.Stop == nil || a.Stop.Rate != 3000 {
+		t.Fatalf("a: %+v, want stopped at 3000 after 2000", a)
+	}
+	// 12 ms over the fresh direct's 2 ms, within the histogram's 1%.
+	if d := a.Stop.P99Added - 10*time.Millisecond; d < -100*time.Microsecond || d > 100*time.Microsecond {
+		t.Errorf("a's p99 added %v, want 10ms (over the fresh direct probe's p99)", a.Stop.P99Added)
+	}
+	if got, want := a.Stop.Reasons(limit), "at 3000/s: p99 +10.0 ms"; got != want {
+		t.Errorf("a: %q, want %q", got, want)
+	}
+	if b.Rate != 1500 || b.Stop == nil {
+		t.Fatalf("b: %+v, want stopped at 2000 after 1500", b)
+	}
+	if got, want := b.Stop.Reasons(limit), "at 2000/s: 3 errors, 90% of the rate completed"; got != want {
+		t.Errorf("b: %q, want %q", got, want)
+	}
+	if !c.Capped || c.Stop != nil {
+		t.Errorf("c: %+v, want capped at the ladder's top with no failure", c)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/bench/loadgen"
@@ -135,6 +136,42 @@ type MaxRate struct {
 	Rate   float64 // highest rate that passed; 0 if none did
 	Capped bool    // the search stopped at its ceiling, not at a failure
 	Probes int
+	// Stop is the confirmed failure that ended the search (nil when
+	// Capped): what a reader needs to tell a proxy's tail from the
+	// machine's minute or a backlog.
+	Stop *Failure
+}
+
+// Failure is a rung's second, confirming probe that did not pass.
+type Failure struct {
+	Rate float64
+	// P99Added is the probe's p99 over the fresh direct probe's just
+	// before it; Errors and Completed (successful requests per second
+	// over the offered rate) as passes judged them.
+	P99Added  time.Duration
+	Errors    int
+	Completed float64
+}
+
+// failure is res's figures as a Failure at rate, its p99 added over direct.
+func failure(rate float64, res *loadgen.Result, direct time.Duration) *Failure {
+	return &Failure{Rate: rate, P99Added: res.Latency.Quantile(0.99) - direct, Errors: res.Errors, Completed: res.Completed / res.Offered}
+}
+
+// Reasons is what failed the probe, as the tables print it: each of the
+// rules of passes it broke.
+func (f *Failure) Reasons(limit time.Duration) string {
+	var out []string
+	if f.P99Added >= limit {
+		out = append(out, "p99 +"+Ms(f.P99Added)+" ms")
+	}
+	if f.Errors > 0 {
+		out = append(out, fmt.Sprintf("%d errors", f.Errors))
+	}
+	if f.Completed < minCompleted {
+		out = append(out, fmt.Sprintf("%.0f%% of the rate completed", 100*f.Completed))
+	}
+	return fmt.Sprintf("at %.0f/s: %s", f.Rate, strings.Join(out, ", "))
 }
 
 // Label is the rate as the tables print it: "≥ 8000" at the ladder's
@@ -312,8 +349,11 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 // 5 ms at 500 req/s in some minutes, and a 50-event stream's always does,
 // so an end-to-end limit would rank the machine, not the proxies.
 func passes(r *loadgen.Result, limit, direct time.Duration) bool {
-	return r.Errors == 0 && r.OK > 0 && r.Latency.Quantile(0.99)-direct < limit && r.Completed >= 0.95*r.Offered
+	return r.Errors == 0 && r.OK > 0 && r.Latency.Quantile(0.99)-direct < limit && r.Completed >= minCompleted*r.Offered
 }
+
+// minCompleted is the share of the offered rate a probe must complete.
+const minCompleted = 0.95
 
 // Ladders are the rates the search climbs, per mode. They start where
 // every proxy of the bench, direct included, has passed on 2 cores (500
@@ -412,6 +452,7 @@ func climb(o Options, mode Mode, measureAt func(name string, rate float64) (*loa
 				out[i].Rate = rate
 			} else {
 				climbing[name], out[i].Capped = false, false
+				out[i].Stop = failure(rate, res, direct)
 			}
 		}
 		if !slices.ContainsFunc(o.Proxies, func(p string) bool { return climbing[p] }) {

@@ -108,7 +108,7 @@ func (r *Results) Tables() []*table.Table {
 	}
 	if len(r.Max) > 0 {
 		t := &table.Table{Title: fmt.Sprintf("highest rate sustained: p99 added over direct's at the same rung < %v, no errors, the offered rate completed; every proxy probed for %v at each rung of %v requests/s (streamed: %v) until its first failure, confirmed by a second probe after a fresh one of direct", o.P99Limit, o.ProbeTime, ladder, streamLadder),
-			Head: []string{"proxy", "mode", "requests/s", "×HAProxy"}}
+			Head: []string{"proxy", "mode", "requests/s", "×HAProxy", "stopped by (the confirming probe)"}}
 		for _, m := range r.Max {
 			ratio := "—"
 			for _, h := range r.Max {
@@ -116,7 +116,11 @@ func (r *Results) Tables() []*table.Table {
 					ratio = m.RatioTo(h)
 				}
 			}
-			t.Add(Labels[m.Proxy], string(m.Mode), m.Label(), ratio)
+			stop := "— (the ladder's top)"
+			if m.Stop != nil {
+				stop = m.Stop.Reasons(o.P99Limit)
+			}
+			t.Add(Labels[m.Proxy], string(m.Mode), m.Label(), ratio, stop)
 		}
 		out = append(out, t)
 	}
