@@ -142,36 +142,15 @@ type MaxRate struct {
 	Stop *Failure
 }
 
-// Failure is a rung's second, confirming probe that did not pass.
+// Failure is a rung's second, confirming probe that did not pass: its
+// rate and the rules of passes it broke, as the tables print them.
 type Failure struct {
-	Rate float64
-	// P99Added is the probe's p99 over the fresh direct probe's just
-	// before it; Errors and Completed (successful requests per second
-	// over the offered rate) as passes judged them.
-	P99Added  time.Duration
-	Errors    int
-	Completed float64
+	Rate  float64
+	Broke []string
 }
 
-// failure is res's figures as a Failure at rate, its p99 added over direct.
-func failure(rate float64, res *loadgen.Result, direct time.Duration) *Failure {
-	return &Failure{Rate: rate, P99Added: res.Latency.Quantile(0.99) - direct, Errors: res.Errors, Completed: res.Completed / res.Offered}
-}
-
-// Reasons is what failed the probe, as the tables print it: each of the
-// rules of passes it broke.
-func (f *Failure) Reasons(limit time.Duration) string {
-	var out []string
-	if f.P99Added >= limit {
-		out = append(out, "p99 +"+Ms(f.P99Added)+" ms")
-	}
-	if f.Errors > 0 {
-		out = append(out, fmt.Sprintf("%d errors", f.Errors))
-	}
-	if f.Completed < minCompleted {
-		out = append(out, fmt.Sprintf("%.0f%% of the rate completed", 100*f.Completed))
-	}
-	return fmt.Sprintf("at %.0f/s: %s", f.Rate, strings.Join(out, ", "))
+func (f *Failure) String() string {
+	return fmt.Sprintf("at %.0f/s: %s", f.Rate, strings.Join(f.Broke, ", "))
 }
 
 // Label is the rate as the tables print it: "≥ 8000" at the ladder's
@@ -349,11 +328,27 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 // 5 ms at 500 req/s in some minutes, and a 50-event stream's always does,
 // so an end-to-end limit would rank the machine, not the proxies.
 func passes(r *loadgen.Result, limit, direct time.Duration) bool {
-	return r.Errors == 0 && r.OK > 0 && r.Latency.Quantile(0.99)-direct < limit && r.Completed >= minCompleted*r.Offered
+	return len(broken(r, limit, direct)) == 0
 }
 
-// minCompleted is the share of the offered rate a probe must complete.
-const minCompleted = 0.95
+// broken lists the rules of passes that r broke, as the tables print
+// them; none when it passed.
+func broken(r *loadgen.Result, limit, direct time.Duration) []string {
+	var out []string
+	if added := r.Latency.Quantile(0.99) - direct; added >= limit {
+		out = append(out, "p99 +"+Ms(added)+" ms")
+	}
+	if r.Errors > 0 {
+		out = append(out, fmt.Sprintf("%d errors", r.Errors))
+	}
+	switch {
+	case r.OK == 0:
+		out = append(out, "no successful request")
+	case r.Completed < 0.95*r.Offered:
+		out = append(out, fmt.Sprintf("%.0f%% of the rate completed", 100*r.Completed/r.Offered))
+	}
+	return out
+}
 
 // Ladders are the rates the search climbs, per mode. They start where
 // every proxy of the bench, direct included, has passed on 2 cores (500
@@ -452,7 +447,7 @@ func climb(o Options, mode Mode, measureAt func(name string, rate float64) (*loa
 				out[i].Rate = rate
 			} else {
 				climbing[name], out[i].Capped = false, false
-				out[i].Stop = failure(rate, res, direct)
+				out[i].Stop = &Failure{Rate: rate, Broke: broken(res, o.P99Limit, direct)}
 			}
 		}
 		if !slices.ContainsFunc(o.Proxies, func(p string) bool { return climbing[p] }) {

@@ -118,7 +118,7 @@ func (r *Results) Tables() []*table.Table {
 			}
 			stop := "— (the ladder's top)"
 			if m.Stop != nil {
-				stop = m.Stop.Reasons(o.P99Limit)
+				stop = m.Stop.String()
 			}
 			t.Add(Labels[m.Proxy], string(m.Mode), m.Label(), ratio, stop)
 		}
