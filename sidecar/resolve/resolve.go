@@ -335,16 +335,17 @@ func (r *Resolver) resolve(ctx context.Context, req reqview.View, into *Decision
 	}
 	set := r.o.Backends.Current()
 	if pol.Keys == nil {
-		return r.unsticky(set, made(into, Decision{pol: pol, Timeout: pol.Timeout}))
+		return r.unsticky(set, made(into, pol))
 	}
 	key := pol.Keys.ExtractFrom(req)
 	if key.Value == "" {
-		return r.unsticky(set, made(into, Decision{pol: pol, Timeout: pol.Timeout}))
+		return r.unsticky(set, made(into, pol))
 	}
 	// One hash serves the store, the log and /debug/bindings?keyHash=.
 	sk := r.o.StoreKeys.StoreKey(r.o.Pool, key.Value)
 	body := req.Body()
-	d := made(into, Decision{Source: key.Source, KeyHash: sk, pol: pol, Timeout: pol.Timeout, bodyBytes: body.Len()})
+	d := made(into, pol)
+	d.Source, d.KeyHash, d.bodyBytes = key.Source, sk, body.Len()
 	if r.o.Affinity.Cost {
 		d.stream = body.Value("stream").Kind == jsonscan.True
 	}
@@ -374,12 +375,19 @@ func (r *Resolver) resolve(ctx context.Context, req reqview.View, into *Decision
 	return r.bind(ctx, set, d, store.Binding{Gen: 1}, Miss)
 }
 
-// made is d, in into when into is not nil, else in a new Decision.
-func made(into *Decision, d Decision) *Decision {
+// made is a new decision under pol, in into when into is not nil (its
+// old fields cleared), else in a new Decision. The fields are set in
+// place rather than copied from a literal: a Decision is about half a
+// kilobyte, and each literal would be a temporary in the caller's stack
+// frame, which a new connection's goroutine grows by copying
+// (docs/hop-cost.md "What the first half second costs").
+func made(into *Decision, pol Policy) *Decision {
 	if into == nil {
 		into = new(Decision)
+	} else {
+		*into = Decision{}
 	}
-	*into = d
+	into.pol, into.Timeout = pol, pol.Timeout
 	return into
 }
 

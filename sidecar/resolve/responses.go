@@ -113,10 +113,10 @@ func (r *Resolver) resolveCall(ctx context.Context, call responses.Call, into *D
 		}
 	}
 	r.rm.pinned().Inc()
-	return made(into, Decision{
-		Backend: be, Prefill: pf, Outcome: Hit, Source: SourceResponseID, KeyHash: key,
-		Since: b.Created, binding: b, pinned: true,
-	}), nil, true
+	d = made(into, Policy{})
+	d.Backend, d.Prefill, d.Outcome, d.Source, d.KeyHash = be, pf, Hit, SourceResponseID, key
+	d.Since, d.binding, d.pinned = b.Created, b, true
+	return d, nil, true
 }
 
 // Answered is told of the backend's answer to d's request before its

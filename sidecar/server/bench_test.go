@@ -1,13 +1,21 @@
 package server_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tetherproxy/tether/sidecar/server"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // BenchmarkProxiedRequest compares one small request straight to a backend
@@ -84,6 +92,114 @@ func BenchmarkProxiedStream(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkRequestInFlight is the memory a request holds while its
+// backend has not answered yet, as a model server's long answers do. An
+// operation is a batch of inFlight requests on as many new connections,
+// each a new session (a first binding, the deepest path), all read by a
+// backend that holds them; with every one of them held, the goroutine
+// stacks and live heap they hold are reported per request. The stacks are
+// the connection's goroutine and, from 5–55 ms into the request, the one
+// watching for the client going away; the heap includes the session's
+// binding and the client's and the backend's side of each connection (a
+// net.Conn each, no goroutine). A connection's goroutine starts small and
+// grows by copying as its first request goes deeper (docs/hop-cost.md
+// "What the first half second costs").
+//
+//	go test -run '^$' -bench RequestInFlight ./sidecar/server/
+func BenchmarkRequestInFlight(b *testing.B) {
+	const inFlight = 1000 // under the listener's default concurrency limit
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	warn := new(slog.LevelVar) // no access log: its lines would count in the heap
+	warn.Set(slog.LevelWarn)
+	sc := startSidecar(b, configFor("default/m", []string{ln.Addr().String()}, `[{type: Header, name: X-Session-ID}]`, ""),
+		func(d *server.Deps) { d.LogLevel = warn })
+	// The backend: one goroutine reads each request whole, holds inFlight
+	// of them, and answers them all on release.
+	held, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		for {
+			var conns []net.Conn
+			for len(conns) < inFlight {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					c.Close()
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				conns = append(conns, c)
+			}
+			held <- struct{}{}
+			<-release
+			for _, c := range conns {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+				c.Close()
+			}
+		}
+	}()
+	body := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+	addr := strings.TrimPrefix(sc.url("default/m", ""), "http://")
+	memory := func() (stacks, heap uint64) {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.StackInuse, m.HeapAlloc
+	}
+	// A batch's connections close after it; the next one starts from
+	// where the sidecar was before it (its goroutines gone, their memory
+	// collected), so each batch measures only what it holds.
+	idle := runtime.NumGoroutine()
+	settle := func() {
+		testkit.Eventually(b, 10*time.Second, "the batch's goroutines ended", func() bool { return runtime.NumGoroutine() <= idle })
+	}
+	var stacks, heap float64
+	session := 0
+	for range b.N {
+		b.StopTimer()
+		settle()
+		stacks0, heap0 := memory()
+		b.StartTimer()
+		clients := make([]net.Conn, inFlight)
+		for i := range clients {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			clients[i] = c
+			session++
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m\r\nContent-Type: application/json\r\nX-Session-ID: in-flight-%d\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+		}
+		select {
+		case <-held:
+		case <-time.After(30 * time.Second):
+			b.Fatal("the backend did not receive every request")
+		}
+		b.StopTimer()
+		time.Sleep(100 * time.Millisecond) // past the watches' start
+		stacks1, heap1 := memory()
+		stacks += float64(stacks1) - float64(stacks0)
+		heap += float64(heap1) - float64(heap0)
+		release <- struct{}{}
+		for _, c := range clients {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != 200 {
+				b.Fatalf("answer: %v %v", resp, err)
+			}
+			c.Close()
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(stacks/float64(b.N*inFlight), "stack-B/req")
+	b.ReportMetric(heap/float64(b.N*inFlight), "heap-B/req")
 }
 
 // post sends one benchmark request with the session header and reads the
