@@ -60,7 +60,7 @@ func (r *Results) Tables() []*table.Table {
 		for _, rate := range o.rates(mode) {
 			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered", mode, rate),
 				Head: []string{"proxy", "ok/sent", "p50 ms", "p99 ms", "p99.9 ms", "added p50", "added p99", "added p99.9",
-					"CPU ms/1k req", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "peak RSS MiB"}}
+					"CPU ms/1k req", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "peak RSS MiB", "peak in flight"}}
 			if mode == Streaming {
 				t.Head = append(t.Head, "CPU µs/event")
 			}
@@ -94,6 +94,7 @@ func (r *Results) Tables() []*table.Table {
 						row[11] = Ratio(float64(l.Quantile(0.999)), float64(h.Res.Latency.Quantile(0.999)))
 					}
 				}
+				row = append(row, fmt.Sprint(p.Res.PeakInFlight))
 				if mode == Streaming {
 					if name == Direct {
 						row = append(row, "—")

@@ -114,3 +114,22 @@ func TestWarmupIsNotRecordedAndErrorsAreCounted(t *testing.T) {
 		t.Errorf("completed %.0f/s over %v", res.Completed, res.Elapsed)
 	}
 }
+
+// A backlog's depth is the most requests in flight at once, the warm-up's
+// counted: here every request waits until the last has been sent, so all
+// of them are in flight together.
+func TestPeakInFlightIsTheBacklogsDepth(t *testing.T) {
+	const warm, measured = 20, 30
+	var started atomic.Int64
+	all := make(chan struct{})
+	res := Run(context.Background(), Config{Rate: 1000, Warmup: warm * time.Millisecond, Duration: measured * time.Millisecond}, func(ctx context.Context, i int) error {
+		if started.Add(1) == warm+measured {
+			close(all)
+		}
+		<-all
+		return nil
+	})
+	if res.PeakInFlight != warm+measured || res.OK != measured {
+		t.Errorf("peak in flight %d, ok %d; want %d and %d", res.PeakInFlight, res.OK, warm+measured, measured)
+	}
+}

@@ -46,6 +46,11 @@ type Result struct {
 	Latency   *Histogram
 	Lateness  *Histogram // how late the generator itself started sends (diagnostic)
 	Completed float64    // successful requests per second over Elapsed
+	// PeakInFlight is the most requests in flight at once, the warm-up's
+	// included (where a load that starts from idle first meets the
+	// proxy): a few at a steady rate the proxy carries, the depth of its
+	// backlog in one it fell behind.
+	PeakInFlight int
 	// Samples are the successful measured requests, with Config.Samples,
 	// in the order they completed.
 	Samples []Sample
@@ -101,6 +106,7 @@ func Run(ctx context.Context, cfg Config, do Do) *Result {
 		if ctx.Err() != nil {
 			break
 		}
+		res.PeakInFlight = max(res.PeakInFlight, len(slots))
 		measured := i >= warm
 		if i == warm && cfg.OnMeasure != nil {
 			cfg.OnMeasure()
