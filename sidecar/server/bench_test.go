@@ -121,7 +121,8 @@ func BenchmarkRequestInFlight(b *testing.B) {
 		func(d *server.Deps) { d.LogLevel = warn })
 	// The backend: one goroutine reads each request whole, holds inFlight
 	// of them, and answers them all on release.
-	held, release := make(chan struct{}), make(chan struct{})
+	held, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	defer close(done) // before ln.Close: a backend waiting on a batch returns
 	go func() {
 		for {
 			var conns []net.Conn
@@ -138,8 +139,14 @@ func BenchmarkRequestInFlight(b *testing.B) {
 				io.Copy(io.Discard, req.Body)
 				conns = append(conns, c)
 			}
-			held <- struct{}{}
-			<-release
+			select {
+			case held <- struct{}{}:
+			case <-done:
+			}
+			select {
+			case <-release:
+			case <-done:
+			}
 			for _, c := range conns {
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
 				c.Close()
