@@ -3,8 +3,11 @@ package upstream
 import (
 	"io"
 	"net/http"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/tetherproxy/tether/sidecar/bufpool"
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
@@ -50,4 +53,43 @@ func TestBuffersAreLentForARoundTripOnly(t *testing.T) {
 		t.Fatal("a backend that closed without an answer: no error")
 	}
 	lent("after a round trip without an answer", 0)
+}
+
+// A round trip whose answer has not begun within its first wait holds no
+// buffer while it waits on: a model server still prefilling keeps
+// requests there for seconds, thousands at once. The reader is lent
+// again when the answer arrives.
+func TestAWaitForTheAnswerHoldsNoBuffer(t *testing.T) {
+	base := bufpool.Lent()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer let() // before the server's cleanup, which waits for its handler
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release
+		io.WriteString(w, "ok")
+	})
+	tr := newTransport(Options{})
+	defer tr.CloseIdleConnections()
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := tr.RoundTrip(post(t, s.URL, "x"))
+		if err != nil {
+			answer <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answer <- string(b)
+	}()
+	<-arrived
+	testkit.Eventually(t, 5*time.Second, "no buffer lent while the answer is awaited", func() bool { return bufpool.Lent() == base })
+	let()
+	if got := <-answer; got != "ok" {
+		t.Fatalf("answer %q", got)
+	}
+	if n := bufpool.Lent() - base; n != 0 {
+		t.Errorf("%d buffers lent after the round trip", n)
+	}
 }

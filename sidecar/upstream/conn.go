@@ -41,9 +41,11 @@ type conn struct {
 	out       sender          // nc, and the request's last write (send)
 	reused    bool            // carried a request before this one
 	idleSince time.Time
-	peek      func(fd uintptr) // alive's probe, made once
-	abortFn   func()           // abort, made once: a method value per request would be an allocation
-	peekErr   syscall.Errno    // alive's probe's answer: EAGAIN when nothing had arrived
+	peek      func(fd uintptr)      // alive's probe, made once
+	readable  func(fd uintptr) bool // awaitAnswer's, made once
+	polled    bool                  // awaitAnswer has waited on the poller
+	abortFn   func()                // abort, made once: a method value per request would be an allocation
+	peekErr   syscall.Errno         // alive's probe's answer: EAGAIN when nothing had arrived
 	// aborted: the request's context was canceled and nc closed.
 	aborted atomic.Bool
 }
@@ -60,6 +62,7 @@ func newConn(t *Transport, addr string, nc net.Conn) *conn {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
 			c.peek = c.peekFD
+			c.readable = c.readableFD
 		}
 	}
 	return c
@@ -262,6 +265,9 @@ func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time
 				return nil, err
 			}
 			_ = c.nc.SetReadDeadline(deadline)
+			if err := c.awaitAnswer(); err != nil {
+				return nil, err
+			}
 		}
 		_, err := c.br.Peek(1)
 		if err == nil {
@@ -276,6 +282,39 @@ func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time
 		waited = true
 	}
 	return c.readResponse(req, h, &deadline)
+}
+
+// awaitAnswer waits, holding no buffer, until the backend's answer
+// begins, the connection ends or the read deadline passes (the error).
+// It is the long wait of a round trip whose answer did not begin within
+// its first wait: a model server still prefilling keeps a request there
+// for seconds, and thousands of requests at once; the reader, 4 KiB, is
+// lent again once there is something to read (docs/hop-cost.md "A
+// connection's stack halved" for what a request in flight holds).
+func (c *conn) awaitAnswer() error {
+	if c.raw == nil || c.br.Buffered() > 0 {
+		return nil
+	}
+	bufpool.PutReader(c.br)
+	c.br = nil
+	c.polled = false
+	err := c.raw.Read(c.readable)
+	c.br = bufpool.Reader(&c.in)
+	return err
+}
+
+// readableFD is awaitAnswer's function: true once there is something to
+// read (or an end or an error, for the read that follows to report),
+// false to wait on the poller.
+func (c *conn) readableFD(fd uintptr) bool {
+	if c.polled {
+		return true // woken: the buffered read follows (and waits again if woken for nothing)
+	}
+	if _, errno := peek.Byte(fd); peek.Empty(errno) {
+		c.polled = true
+		return false
+	}
+	return true
 }
 
 // readResponse reads the final response's headers, skipping 100 Continue
