@@ -48,13 +48,12 @@ type conn struct {
 	bw *bufio.Writer // over nc
 	// raw waits for the next request without buffers (awaitBytes); nil
 	// when nc has no descriptor (the buffered read waits instead).
-	raw      syscall.RawConn
-	readable func(fd uintptr) bool // readableFD, made once
-	polled   bool                  // awaitBytes: the poller has been waited on
-	w        response              // the request in progress; reused
-	body     requestBody           // its body; reused
-	fixed    httphead.Body         // the bytes of a body httphead framed; reused
-	heads    httphead.Requests     // the requests httphead parses; reused
+	raw    syscall.RawConn
+	waiter peek.Waiter       // awaitBytes's
+	w      response          // the request in progress; reused
+	body   requestBody       // its body; reused
+	fixed  httphead.Body     // the bytes of a body httphead framed; reused
+	heads  httphead.Requests // the requests httphead parses; reused
 	// backendHeads are lent to the handler for its backend's response
 	// (response.ResponseHeads); reused.
 	backendHeads httphead.Responses
@@ -78,7 +77,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
-			c.readable = c.readableFD
+			c.waiter.Init()
 		}
 	}
 	c.watch.c = c
@@ -212,31 +211,17 @@ func (c *conn) giveBack() {
 //
 // A read through the buffer would wait as well, but holding the buffer
 // it reads into. A bare wait on RawConn.Read would not do either: Go
-// forgets the socket's readiness before it calls readableFD, so a
+// forgets the socket's readiness before it calls its function, so a
 // request that arrived before would wait for the socket's next event
 // (the client's acknowledgement of the last answer, when it comes).
-// readableFD peeks first, which costs what the read it replaces cost
+// peek.Waiter looks first, which costs what the read it replaces cost
 // when nothing has arrived: one system call.
 func (c *conn) awaitBytes() bool {
 	if c.raw == nil {
 		return true
 	}
-	c.polled = false
-	return c.raw.Read(c.readable) == nil
-}
-
-// readableFD is awaitBytes's function: true once there is something to
-// read (or an end or an error, for the read that follows to report),
-// false to wait on the poller.
-func (c *conn) readableFD(fd uintptr) bool {
-	if c.polled {
-		return true // woken: the buffered read follows (and would wait again if woken for nothing)
-	}
-	if _, errno := peek.Byte(fd); peek.Empty(errno) {
-		c.polled = true
-		return false
-	}
-	return true
+	c.waiter.Reset()
+	return c.raw.Read(c.waiter.Readable) == nil
 }
 
 // errTooLarge is a request line and header block over the server's limit.

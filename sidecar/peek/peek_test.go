@@ -1,7 +1,9 @@
 package peek
 
 import (
+	"errors"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -64,5 +66,55 @@ func TestByteSeesWithoutTaking(t *testing.T) {
 	client.Close()
 	if n, errno := until(); n != 0 || errno != 0 {
 		t.Fatalf("peer closed: n %d, errno %v; want 0, 0 (end of stream)", n, errno)
+	}
+}
+
+// A Waiter's wait ends when bytes arrive, and at once when they arrived
+// before it began (a read forgets the socket's readiness first); it takes
+// none of them, and ends with the read deadline when none come.
+func TestWaiterWaitsWithoutTaking(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	raw, err := server.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w Waiter
+	w.Init()
+	wait := func() error {
+		w.Reset()
+		return raw.Read(w.Readable)
+	}
+
+	server.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := wait(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("nothing sent: %v, want the deadline's error", err)
+	}
+	server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	client.Write([]byte("GET"))
+	if err := <-done; err != nil {
+		t.Fatalf("bytes sent during the wait: %v", err)
+	}
+	if err := wait(); err != nil { // the bytes are still there: no wait at all
+		t.Fatalf("bytes sent before the wait: %v", err)
+	}
+	buf := make([]byte, 8)
+	if n, err := server.Read(buf); err != nil || string(buf[:n]) != "GET" {
+		t.Fatalf("read %q, %v; want the bytes the waits left", buf[:n], err)
 	}
 }

@@ -41,11 +41,10 @@ type conn struct {
 	out       sender          // nc, and the request's last write (send)
 	reused    bool            // carried a request before this one
 	idleSince time.Time
-	peek      func(fd uintptr)      // alive's probe, made once
-	readable  func(fd uintptr) bool // awaitAnswer's, made once
-	polled    bool                  // awaitAnswer has waited on the poller
-	abortFn   func()                // abort, made once: a method value per request would be an allocation
-	peekErr   syscall.Errno         // alive's probe's answer: EAGAIN when nothing had arrived
+	peek      func(fd uintptr) // alive's probe, made once
+	waiter    peek.Waiter      // awaitAnswer's
+	abortFn   func()           // abort, made once: a method value per request would be an allocation
+	peekErr   syscall.Errno    // alive's probe's answer: EAGAIN when nothing had arrived
 	// aborted: the request's context was canceled and nc closed.
 	aborted atomic.Bool
 }
@@ -62,7 +61,7 @@ func newConn(t *Transport, addr string, nc net.Conn) *conn {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
 			c.peek = c.peekFD
-			c.readable = c.readableFD
+			c.waiter.Init()
 		}
 	}
 	return c
@@ -297,24 +296,10 @@ func (c *conn) awaitAnswer() error {
 	}
 	bufpool.PutReader(c.br)
 	c.br = nil
-	c.polled = false
-	err := c.raw.Read(c.readable)
+	c.waiter.Reset()
+	err := c.raw.Read(c.waiter.Readable)
 	c.br = bufpool.Reader(&c.in)
 	return err
-}
-
-// readableFD is awaitAnswer's function: true once there is something to
-// read (or an end or an error, for the read that follows to report),
-// false to wait on the poller.
-func (c *conn) readableFD(fd uintptr) bool {
-	if c.polled {
-		return true // woken: the buffered read follows (and waits again if woken for nothing)
-	}
-	if _, errno := peek.Byte(fd); peek.Empty(errno) {
-		c.polled = true
-		return false
-	}
-	return true
 }
 
 // readResponse reads the final response's headers, skipping 100 Continue
