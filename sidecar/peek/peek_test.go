@@ -13,25 +13,7 @@ import (
 // taking from it: nothing yet, a byte (still there for the next read),
 // and the peer's end of stream.
 func TestByteSeesWithoutTaking(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	raw, err := server.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server, raw := tcpPair(t)
 	look := func() (n int, errno syscall.Errno) {
 		raw.Control(func(fd uintptr) { n, errno = Byte(fd) })
 		return n, errno
@@ -73,25 +55,7 @@ func TestByteSeesWithoutTaking(t *testing.T) {
 // before it began (a read forgets the socket's readiness first); it takes
 // none of them, and ends with the read deadline when none come.
 func TestWaiterWaitsWithoutTaking(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	raw, err := server.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server, raw := tcpPair(t)
 	var w Waiter
 	w.Init()
 	wait := func() error {
@@ -117,4 +81,30 @@ func TestWaiterWaitsWithoutTaking(t *testing.T) {
 	if n, err := server.Read(buf); err != nil || string(buf[:n]) != "GET" {
 		t.Fatalf("read %q, %v; want the bytes the waits left", buf[:n], err)
 	}
+}
+
+// tcpPair is a connection over loopback: its client end, its server end
+// and the server end's raw connection, all closed when t ends.
+func tcpPair(t *testing.T) (client, server net.Conn, raw syscall.RawConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	raw, err = server.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, server, raw
 }
