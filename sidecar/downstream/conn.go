@@ -220,8 +220,7 @@ func (c *conn) awaitBytes() bool {
 	if c.raw == nil {
 		return true
 	}
-	c.waiter.Reset()
-	return c.raw.Read(c.waiter.Readable) == nil
+	return c.waiter.Wait(c.raw) == nil
 }
 
 // errTooLarge is a request line and header block over the server's limit.

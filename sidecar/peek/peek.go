@@ -35,13 +35,12 @@ func Empty(errno syscall.Errno) bool {
 	return errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK
 }
 
-// Waiter waits on a socket for something to read without a buffer: its
-// Readable is the function of a syscall.RawConn's Read, which calls it
-// and, while it reports false, waits on the poller. A Go read forgets
-// the socket's readiness before it calls the function, so Readable peeks
-// first (what the read it replaces would have cost); once the poller has
-// woken it, it reports true without another look, and the buffered read
-// that follows waits again if it was woken for nothing.
+// Waiter waits on a socket for something to read without a buffer, on
+// the poller, under a syscall.RawConn's Read. A Go read forgets the
+// socket's readiness before it calls its function, so the function
+// peeks first (what the read it replaces would have cost); once the
+// poller has woken it, it reports true without another look, and the
+// buffered read that follows waits again if it was woken for nothing.
 //
 // The downstream server waits so for a request's first byte, the
 // upstream transport for a backend's answer: neither holds a buffer
@@ -49,22 +48,26 @@ func Empty(errno syscall.Errno) bool {
 //
 // A Waiter lives inside the connection it serves; Init it once there.
 type Waiter struct {
-	polled bool // the poller has been waited on since Reset
-	// Readable is w.readable, made once by Init: a method value made per
-	// wait would be an allocation.
-	Readable func(fd uintptr) bool
+	polled bool // the poller has been waited on in this wait
+	// readable is w.readableFD, made once by Init: a method value made
+	// per wait would be an allocation.
+	readable func(fd uintptr) bool
 }
 
-// Init makes w.Readable; w must not move afterwards.
-func (w *Waiter) Init() { w.Readable = w.readable }
+// Init readies w for its waits; w must not move afterwards.
+func (w *Waiter) Init() { w.readable = w.readableFD }
 
-// Reset readies w for the next wait.
-func (w *Waiter) Reset() { w.polled = false }
+// Wait returns once raw has something to read (or its end, or an error,
+// for the read that follows to report), or with raw's error when its
+// read deadline passes or it is closed.
+func (w *Waiter) Wait(raw syscall.RawConn) error {
+	w.polled = false
+	return raw.Read(w.readable)
+}
 
-// readable is true once there is something to read (or an end or an
-// error, for the read that follows to report), false to wait on the
-// poller.
-func (w *Waiter) readable(fd uintptr) bool {
+// readableFD is Wait's function: true once there is something to read
+// (or an end or an error), false to wait on the poller.
+func (w *Waiter) readableFD(fd uintptr) bool {
 	if w.polled {
 		return true
 	}

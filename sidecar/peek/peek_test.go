@@ -58,10 +58,7 @@ func TestWaiterWaitsWithoutTaking(t *testing.T) {
 	client, server, raw := tcpPair(t)
 	var w Waiter
 	w.Init()
-	wait := func() error {
-		w.Reset()
-		return raw.Read(w.Readable)
-	}
+	wait := func() error { return w.Wait(raw) }
 
 	server.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	if err := wait(); !errors.Is(err, os.ErrDeadlineExceeded) {

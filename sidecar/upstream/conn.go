@@ -288,16 +288,15 @@ func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time
 // It is the long wait of a round trip whose answer did not begin within
 // its first wait: a model server still prefilling keeps a request there
 // for seconds, and thousands of requests at once; the reader, 4 KiB, is
-// lent again once there is something to read (docs/hop-cost.md "A
-// connection's stack halved" for what a request in flight holds).
+// lent again once there is something to read (docs/hop-cost.md "The
+// wait for an answer, without a buffer").
 func (c *conn) awaitAnswer() error {
 	if c.raw == nil || c.br.Buffered() > 0 {
 		return nil
 	}
 	bufpool.PutReader(c.br)
 	c.br = nil
-	c.waiter.Reset()
-	err := c.raw.Read(c.waiter.Readable)
+	err := c.waiter.Wait(c.raw)
 	c.br = bufpool.Reader(&c.in)
 	return err
 }
