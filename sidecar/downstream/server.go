@@ -67,6 +67,9 @@ type Server struct {
 	WatchAfter time.Duration
 	// Log receives handler panics and accept errors. nil: slog.Default().
 	Log *slog.Logger
+	// readWatch: watches read on a goroutine each even where the process
+	// has its poller (the tests of that way, which other systems take).
+	readWatch bool
 	// ListRequests: a request of the common shape (httphead's) comes to
 	// the handler with an empty Header, its fields listed instead, in the
 	// order they came, for a handler that reads them through the
@@ -104,6 +107,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return http.ErrServerClosed
 	}
 	defer s.untrack(ln)
+	clientPoller() // started with the first server, not by its first slow request
 	var pause time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -198,6 +202,7 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	for c := range s.conns {
 		c.nc.Close()
+		c.watch.closed()
 	}
 	s.mu.Unlock()
 	return nil

@@ -19,10 +19,12 @@ import (
 )
 
 // goleakMain checks that no test leaves a goroutine behind, but net/http's
-// own: the conformance tests' reference server lingers up to half a
-// second on a connection it refused (closeWriteAndWait), past its Close.
+// own (the conformance tests' reference server lingers up to half a
+// second on a connection it refused, closeWriteAndWait, past its Close)
+// and the process's poller, which lives as long as the process.
 func goleakMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"))
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
+		goleak.IgnoreAnyFunction("github.com/tetherproxy/tether/sidecar/downstream.(*poller).loop"))
 }
 
 // start serves h on a loopback port and returns the server and address.
@@ -67,55 +69,75 @@ func readBody(t *testing.T, br *bufio.Reader) (*http.Response, string) {
 	return resp, string(b)
 }
 
+// watchWays runs a test of the watch both ways: on the process's poller
+// (Linux) and reading on a goroutine of its own (elsewhere, or a
+// connection without a descriptor).
+func watchWays(t *testing.T, test func(t *testing.T, s *Server)) {
+	t.Run("poller", func(t *testing.T) {
+		if clientPoller() == nil {
+			t.Skip("no poller on this system: the watch reads (the other subtest)")
+		}
+		test(t, &Server{WatchAfter: time.Millisecond})
+	})
+	t.Run("read", func(t *testing.T) { test(t, &Server{WatchAfter: time.Millisecond, readWatch: true}) })
+}
+
 // A client that goes away while its request waits (for a model's first
 // token) cancels the request's context: the proxy stops the backend's work.
 func TestClientGoingAwayCancelsTheRequest(t *testing.T) {
-	canceled := make(chan error, 1)
-	addr := start(t, &Server{WatchAfter: time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.ReadAll(r.Body)
-		select {
-		case <-r.Context().Done():
-			canceled <- r.Context().Err()
-		case <-time.After(5 * time.Second):
-			canceled <- nil
+	watchWays(t, func(t *testing.T, s *Server) {
+		canceled := make(chan error, 1)
+		s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.ReadAll(r.Body)
+			select {
+			case <-r.Context().Done():
+				canceled <- r.Context().Err()
+			case <-time.After(5 * time.Second):
+				canceled <- nil
+			}
+		})
+		addr := start(t, s)
+		for _, req := range []string{
+			"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n",
+			"POST /wait HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+		} {
+			c, _ := dial(t, addr)
+			io.WriteString(c, req)
+			time.Sleep(20 * time.Millisecond) // past WatchAfter: the watch is on
+			c.Close()
+			if err := <-canceled; !errors.Is(err, context.Canceled) {
+				t.Fatalf("%q: the request's context ended with %v, want context.Canceled", req, err)
+			}
 		}
-	})})
-	for _, req := range []string{
-		"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n",
-		"POST /wait HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
-	} {
-		c, _ := dial(t, addr)
-		io.WriteString(c, req)
-		time.Sleep(20 * time.Millisecond) // past WatchAfter: the watch reads
-		c.Close()
-		if err := <-canceled; !errors.Is(err, context.Canceled) {
-			t.Fatalf("%q: the request's context ended with %v, want context.Canceled", req, err)
-		}
-	}
+	})
 }
 
 // A request that ends before WatchAfter never starts the watch, and one
-// that outlives it has its connection read while it runs: a pipelined
-// request's first byte, taken by that read, must reach the next request.
+// that outlives it has its connection watched while it runs: a pipelined
+// request's bytes, seen (or, reading, its first byte taken) by the watch,
+// must reach the next request.
 func TestPipelinedRequestAfterAWatchedOne(t *testing.T) {
-	addr := start(t, &Server{WatchAfter: time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			time.Sleep(50 * time.Millisecond)
+	watchWays(t, func(t *testing.T, s *Server) {
+		s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				time.Sleep(50 * time.Millisecond)
+			}
+			io.WriteString(w, r.URL.Path)
+		})
+		addr := start(t, s)
+		c, br := dial(t, addr)
+		io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+		for _, want := range []string{"/slow", "/next"} {
+			if _, body := readBody(t, br); body != want {
+				t.Fatalf("body %q, want %q", body, want)
+			}
 		}
-		io.WriteString(w, r.URL.Path)
-	})})
-	c, br := dial(t, addr)
-	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
-	for _, want := range []string{"/slow", "/next"} {
-		if _, body := readBody(t, br); body != want {
-			t.Fatalf("body %q, want %q", body, want)
+		// And the connection still serves after the watch ended.
+		io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+		if _, body := readBody(t, br); body != "/slow" {
+			t.Fatalf("third request: body %q", body)
 		}
-	}
-	// And the connection still serves after the watch ended.
-	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-	if _, body := readBody(t, br); body != "/slow" {
-		t.Fatalf("third request: body %q", body)
-	}
+	})
 }
 
 // ReverseProxy cuts a response it cannot finish (the backend failed
@@ -192,22 +214,34 @@ func TestShutdownDrains(t *testing.T) {
 }
 
 // Shutdown gives up when its context ends; Close then ends what is left.
+// The request's handler returns only once its context is canceled: a
+// polled watch gets no event for a socket closed under it, so Close
+// cancels it.
 func TestShutdownGivesUpWithItsContext(t *testing.T) {
-	entered := make(chan struct{})
-	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-r.Context().Done()
-	}), WatchAfter: time.Millisecond}
-	addr := start(t, s)
-	c, _ := dial(t, addr)
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	<-entered
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Shutdown: %v, want context.DeadlineExceeded", err)
-	}
-	s.Close() // closes the connection: the watch cancels the request
+	watchWays(t, func(t *testing.T, s *Server) {
+		entered, returned := make(chan struct{}), make(chan struct{})
+		s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer close(returned)
+			close(entered)
+			<-r.Context().Done()
+		})
+		addr := start(t, s)
+		c, _ := dial(t, addr)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		<-entered
+		time.Sleep(20 * time.Millisecond) // past WatchAfter: the watch is on
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown: %v, want context.DeadlineExceeded", err)
+		}
+		s.Close() // closes the connection: the watch cancels the request
+		select {
+		case <-returned:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close left the request running")
+		}
+	})
 }
 
 // The idle timeout closes a keep-alive connection with no next request,

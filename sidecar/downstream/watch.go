@@ -17,8 +17,18 @@ import (
 //
 // A byte read (the next request, pipelined) is kept for the connection's
 // reader, and the watch ends: net/http's background read does the same.
+//
+// Where the process has its poller (Linux), the watch does not read: the
+// timer's function registers the connection with the poller and returns,
+// and the poller peeks when the socket has something (poller_linux.go),
+// so a request in flight holds no goroutine for its watch.
 type watch struct {
 	c *conn
+	// poll is the process's poller, nil where there is none or the
+	// connection has no descriptor: run reads instead.
+	poll *poller
+	fd   pollerFD // poll's calls on the connection's descriptor
+	id   uint64   // the registration's number with poll, while polled
 	// cancel cancels the current request's context.
 	cancel context.CancelFunc
 	timer  *time.Timer // runs run, made once per connection
@@ -34,6 +44,8 @@ type watch struct {
 	reading  bool // run is in its read
 	aborting bool // disarm set a deadline in the past to end that read
 	ran      bool // run has finished since the last arm
+	polled   bool // run registered the connection with poll
+	shut     bool // the server closed the connection (closed)
 	// gone: the client went away; the connection carries no more requests.
 	gone bool
 }
@@ -78,7 +90,12 @@ func (w *watch) disarm() {
 		w.cond.Wait()
 	}
 	w.aborting = false
+	polled := w.polled
+	w.polled = false
 	w.mu.Unlock()
+	if polled {
+		w.poll.remove(w)
+	}
 }
 
 // stop releases the timer when the connection ends.
@@ -93,12 +110,28 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 func (w *watch) run() {
 	w.mu.Lock()
-	if !w.armed {
-		w.ran = true
-		w.cond.Broadcast()
+	if w.armed && w.poll != nil {
+		// Registered without mu: the poller takes its own lock, then
+		// this one, when it delivers. disarm, meanwhile, waits for ran
+		// and then takes the registration out.
 		w.mu.Unlock()
+		polled := w.poll.add(w)
+		w.mu.Lock()
+		if polled {
+			w.polled = true
+			if w.shut {
+				w.gone = true
+				w.cancel() // Close came between the registration and now
+			}
+			w.ranLocked()
+			return
+		}
+	}
+	if !w.armed {
+		w.ranLocked()
 		return
 	}
+	// Reading: no poller, or it could not take the connection.
 	// Under mu, before reading is set: disarm's deadline in the past,
 	// set once it sees reading, must not be overwritten.
 	w.c.clearLeftDeadline()
@@ -117,9 +150,30 @@ func (w *watch) run() {
 		w.gone = true
 		w.cancel()
 	}
+	w.ranLocked()
+}
+
+// ranLocked ends run, under mu, and releases mu.
+func (w *watch) ranLocked() {
 	w.ran = true
 	w.cond.Broadcast()
 	w.mu.Unlock()
+}
+
+// closed is the server's Close, which has closed the connection: a
+// watch's read would fail and cancel the request, but a closed socket
+// leaves the epoll set without an event, so a polled watch cancels here.
+func (w *watch) closed() {
+	w.mu.Lock()
+	w.shut = true
+	polled, cancel := w.polled, w.cancel
+	if polled {
+		w.gone = true
+	}
+	w.mu.Unlock()
+	if polled {
+		cancel()
+	}
 }
 
 // clientGone reports whether the watch saw the client go away.
