@@ -80,7 +80,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 			c.waiter.Init()
 			if p := clientPoller(); p != nil && !s.readWatch {
 				c.watch.poll = p
-				c.watch.fd.init(p)
+				c.watch.fd.init()
 			}
 		}
 	}

@@ -32,7 +32,13 @@ type poller struct {
 	watched map[uint64]*watch
 	next    uint64
 	broken  bool // the epoll_wait failed for good: add refuses
+	// peek is peekFD, bound once; deliver's, under mu, with its results.
+	peek  func(fd uintptr)
+	peekN int
+	peekE syscall.Errno
 }
+
+func (p *poller) peekFD(fd uintptr) { p.peekN, p.peekE = peek.Byte(fd) }
 
 var (
 	pollerOnce sync.Once
@@ -47,39 +53,37 @@ func clientPoller() *poller {
 		if err != nil {
 			return
 		}
-		thePoller = &poller{epfd: fd, watched: map[uint64]*watch{}}
-		go thePoller.loop()
+		p := &poller{epfd: fd, watched: map[uint64]*watch{}}
+		p.peek = p.peekFD
+		thePoller = p
+		go p.loop()
 	})
 	return thePoller
 }
 
-// pollerFD is a watch's part of the poller's calls: the operations run
-// under the connection's RawConn.Control, as method values made once per
-// connection (a closure per call would be an allocation).
+// pollerFD is a watch's epoll_ctl calls on its connection's descriptor,
+// run under the connection's RawConn.Control by a method value made once
+// per connection (a closure per call would be an allocation). Only the
+// request's side calls it (add in run, remove after run has ended).
 type pollerFD struct {
-	p     *poller
 	event syscall.EpollEvent
-	errno error
-	peekN int
-	peekE syscall.Errno
-	// add, del and peek are ctlAdd, ctlDel and peekFD, bound once.
-	add, del, peek func(fd uintptr)
+	op    int // EPOLL_CTL_ADD or EPOLL_CTL_DEL
+	err   error
+	call  func(fd uintptr) // f.ctl
 }
 
-func (f *pollerFD) init(p *poller) {
-	f.p = p
-	f.add, f.del, f.peek = f.ctlAdd, f.ctlDel, f.peekFD
+func (f *pollerFD) init() { f.call = f.ctl }
+
+func (f *pollerFD) ctl(fd uintptr) {
+	f.err = syscall.EpollCtl(thePoller.epfd, f.op, int(fd), &f.event)
 }
 
-func (f *pollerFD) ctlAdd(fd uintptr) {
-	f.errno = syscall.EpollCtl(f.p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &f.event)
+// on runs op on the connection's descriptor; false if it failed or the
+// connection is closed.
+func (f *pollerFD) on(raw syscall.RawConn, op int) bool {
+	f.op = op
+	return raw.Control(f.call) == nil && f.err == nil
 }
-
-func (f *pollerFD) ctlDel(fd uintptr) {
-	f.errno = syscall.EpollCtl(f.p.epfd, syscall.EPOLL_CTL_DEL, int(fd), nil)
-}
-
-func (f *pollerFD) peekFD(fd uintptr) { f.peekN, f.peekE = peek.Byte(fd) }
 
 // add registers w's connection; false if it could not be (the
 // connection closed, or epoll refused), and the watch reads instead.
@@ -96,7 +100,7 @@ func (p *poller) add(w *watch) bool {
 	f := &w.fd
 	f.event = syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT,
 		Fd: int32(uint32(w.id)), Pad: int32(uint32(w.id >> 32))}
-	if err := w.c.raw.Control(f.add); err != nil || f.errno != nil {
+	if !f.on(w.c.raw, syscall.EPOLL_CTL_ADD) {
 		p.mu.Lock()
 		delete(p.watched, w.id)
 		p.mu.Unlock()
@@ -114,7 +118,7 @@ func (p *poller) remove(w *watch) {
 	// Taken out even after its one event: a one-shot registration stays
 	// in the set, disabled, and the next request's add would fail. A
 	// connection closed meanwhile is out already (Control refuses).
-	_ = w.c.raw.Control(w.fd.del)
+	w.fd.on(w.c.raw, syscall.EPOLL_CTL_DEL)
 }
 
 func (p *poller) loop() {
@@ -150,11 +154,10 @@ func (p *poller) deliver(id uint64) {
 		return // the request ended first
 	}
 	delete(p.watched, id)
-	f := &w.fd
-	if err := w.c.raw.Control(f.peek); err != nil {
-		return // closed by the server: the request ends with it
+	if w.c.raw.Control(p.peek) != nil {
+		return // closed by the server, which cancels the request (watch.closed)
 	}
-	if f.peekN > 0 || peek.Empty(f.peekE) {
+	if p.peekN > 0 || peek.Empty(p.peekE) {
 		return // a byte queued; or nothing (not seen on a socket), and the watch ends as a read's deadline would end it
 	}
 	w.mu.Lock()

@@ -8,6 +8,6 @@ type poller struct{}
 type pollerFD struct{}
 
 func clientPoller() *poller       { return nil }
-func (*pollerFD) init(*poller)    {}
+func (*pollerFD) init()           {}
 func (*poller) add(w *watch) bool { return false }
 func (*poller) remove(w *watch)   {}

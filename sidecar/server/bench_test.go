@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,9 +100,11 @@ func BenchmarkProxiedStream(b *testing.B) {
 // operation is a batch of inFlight requests on as many new connections,
 // each a new session (a first binding, the deepest path), all read by a
 // backend that holds them; with every one of them held, the goroutine
-// stacks and live heap they hold are reported per request. The stacks are
-// the connection's goroutine and, from 5–55 ms into the request, the one
-// watching for the client going away; the heap includes the session's
+// stacks and live heap they hold are reported per request, and the
+// process's CPU per request (with the benchmark's client and backend:
+// for comparing builds). The stacks are the connection's goroutine (and,
+// from 5–55 ms into the request, where the process has no poller, the
+// one watching for the client going away); the heap includes the session's
 // binding and the client's and the backend's side of each connection (a
 // net.Conn each, no goroutine). A connection's goroutine starts small and
 // grows by copying as its first request goes deeper (docs/hop-cost.md
@@ -172,12 +175,22 @@ func BenchmarkRequestInFlight(b *testing.B) {
 	settle := func() {
 		testkit.Eventually(b, 10*time.Second, "the batch's goroutines ended", func() bool { return runtime.NumGoroutine() <= idle })
 	}
+	// The process's CPU over a batch, the collections of memory() left
+	// out: the benchmark's client and backend are in it too, so it is for
+	// comparing builds, not a sidecar's cost.
+	cpuNow := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	var stacks, heap float64
+	var cpu time.Duration
 	session := 0
 	for range b.N {
 		b.StopTimer()
 		settle()
 		stacks0, heap0 := memory()
+		cpu0 := cpuNow()
 		b.StartTimer()
 		clients := make([]net.Conn, inFlight)
 		for i := range clients {
@@ -196,7 +209,9 @@ func BenchmarkRequestInFlight(b *testing.B) {
 		}
 		b.StopTimer()
 		time.Sleep(100 * time.Millisecond) // past the watches' start
+		cpu += cpuNow() - cpu0
 		stacks1, heap1 := memory()
+		cpu1 := cpuNow()
 		stacks += float64(stacks1) - float64(stacks0)
 		heap += float64(heap1) - float64(heap0)
 		release <- struct{}{}
@@ -207,8 +222,11 @@ func BenchmarkRequestInFlight(b *testing.B) {
 			}
 			c.Close()
 		}
+		settle()
+		cpu += cpuNow() - cpu1
 		b.StartTimer()
 	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*inFlight), "cpu-ns/req")
 	b.ReportMetric(stacks/float64(b.N*inFlight), "stack-B/req")
 	b.ReportMetric(heap/float64(b.N*inFlight), "heap-B/req")
 }
