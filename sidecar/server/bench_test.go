@@ -95,6 +95,49 @@ func BenchmarkProxiedStream(b *testing.B) {
 	}
 }
 
+// BenchmarkWatchedRequest is what a request that outlives the watch's
+// start (5–55 ms, downstream.Server.WatchAfter) costs, as a model
+// server's requests all do: requests through the sidecar to a backend
+// that answers each 60 ms after it came, 128 at a time on keep-alive
+// connections, with the process's CPU per request (the benchmark's
+// client and backend are in it too: for comparing builds).
+//
+//	go test -run '^$' -bench WatchedRequest ./sidecar/server/
+func BenchmarkWatchedRequest(b *testing.B) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(60 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","choices":[{"message":{"role":"assistant","content":"ok"}}]}`)
+	}))
+	defer backend.Close()
+	warn := new(slog.LevelVar)
+	warn.Set(slog.LevelWarn)
+	sc := startSidecar(b, configFor("default/m", []string{strings.TrimPrefix(backend.URL, "http://")}, `[{type: Header, name: X-Session-ID}]`, ""),
+		func(d *server.Deps) { d.LogLevel = warn })
+	body := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	defer client.CloseIdleConnections()
+	url := sc.url("default/m", "/v1/chat/completions")
+	b.SetParallelism(64)
+	cpu0 := cpuTime()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if status, _ := post(b, client, url, body); status != 200 {
+				b.Fatalf("status %d", status)
+			}
+		}
+	})
+	b.ReportMetric(float64((cpuTime() - cpu0).Nanoseconds())/float64(b.N), "cpu-ns/req")
+}
+
+// cpuTime is the CPU the process has spent, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkRequestInFlight is the memory a request holds while its
 // backend has not answered yet, as a model server's long answers do. An
 // operation is a batch of inFlight requests on as many new connections,
@@ -178,11 +221,6 @@ func BenchmarkRequestInFlight(b *testing.B) {
 	// The process's CPU over a batch, the collections of memory() left
 	// out: the benchmark's client and backend are in it too, so it is for
 	// comparing builds, not a sidecar's cost.
-	cpuNow := func() time.Duration {
-		var ru syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
 	var stacks, heap float64
 	var cpu time.Duration
 	session := 0
@@ -190,7 +228,7 @@ func BenchmarkRequestInFlight(b *testing.B) {
 		b.StopTimer()
 		settle()
 		stacks0, heap0 := memory()
-		cpu0 := cpuNow()
+		cpu0 := cpuTime()
 		b.StartTimer()
 		clients := make([]net.Conn, inFlight)
 		for i := range clients {
@@ -209,9 +247,9 @@ func BenchmarkRequestInFlight(b *testing.B) {
 		}
 		b.StopTimer()
 		time.Sleep(100 * time.Millisecond) // past the watches' start
-		cpu += cpuNow() - cpu0
+		cpu += cpuTime() - cpu0
 		stacks1, heap1 := memory()
-		cpu1 := cpuNow()
+		cpu1 := cpuTime()
 		stacks += float64(stacks1) - float64(stacks0)
 		heap += float64(heap1) - float64(heap0)
 		release <- struct{}{}
@@ -223,7 +261,7 @@ func BenchmarkRequestInFlight(b *testing.B) {
 			c.Close()
 		}
 		settle()
-		cpu += cpuNow() - cpu1
+		cpu += cpuTime() - cpu1
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*inFlight), "cpu-ns/req")
