@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"log/slog"
 	"sync"
 	"syscall"
 
@@ -131,6 +132,7 @@ func (p *poller) loop() {
 		if err != nil {
 			// Not expected (the descriptor is the poller's own, never
 			// closed); watches from now on read on their goroutines.
+			slog.Error("downstream: the client watch's poller failed; requests now in flight will not notice their client going away, later ones are watched by a read each", "err", err)
 			p.mu.Lock()
 			p.broken = true
 			p.mu.Unlock()
