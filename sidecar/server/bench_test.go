@@ -128,7 +128,7 @@ func BenchmarkWatchedRequest(b *testing.B) {
 			}
 		}
 	})
-	b.ReportMetric(float64((cpuTime() - cpu0).Nanoseconds())/float64(b.N), "cpu-ns/req")
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/req")
 }
 
 // cpuTime is the CPU the process has spent, user and system.
