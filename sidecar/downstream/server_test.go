@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherproxy/tether/sidecar/coarse"
 	"github.com/tetherproxy/tether/sidecar/httphead"
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // goleakMain checks that no test leaves a goroutine behind, but net/http's
@@ -23,8 +24,7 @@ import (
 // second on a connection it refused, closeWriteAndWait, past its Close)
 // and the process's poller, which lives as long as the process.
 func goleakMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
-		goleak.IgnoreAnyFunction("github.com/tetherproxy/tether/sidecar/downstream.(*poller).loop"))
+	goleak.VerifyTestMain(m, append(testkit.LongLived(), goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"))...)
 }
 
 // start serves h on a loopback port and returns the server and address.
