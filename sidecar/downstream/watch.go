@@ -166,12 +166,13 @@ func (w *watch) ranLocked() {
 func (w *watch) closed() {
 	w.mu.Lock()
 	w.shut = true
-	polled, cancel := w.polled, w.cancel
-	if polled {
+	var cancel context.CancelFunc
+	if w.polled { // cancel is the polled request's: the next one begins after disarm
 		w.gone = true
+		cancel = w.cancel
 	}
 	w.mu.Unlock()
-	if polled {
+	if cancel != nil {
 		cancel()
 	}
 }
