@@ -78,9 +78,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
 			c.waiter.Init()
-			if p := clientPoller(); p != nil && !s.readWatch {
-				c.watch.poll = p
-				c.watch.fd.init()
+			if !s.readWatch {
+				c.watch.poll = clientPoller()
 			}
 		}
 	}

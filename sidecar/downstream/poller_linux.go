@@ -63,17 +63,17 @@ func clientPoller() *poller {
 }
 
 // pollerFD is a watch's epoll_ctl calls on its connection's descriptor,
-// run under the connection's RawConn.Control by a method value made once
-// per connection (a closure per call would be an allocation). Only the
-// request's side calls it (add in run, remove after run has ended).
+// run under the connection's RawConn.Control by a method value made on
+// the connection's first watch and kept (a closure per call would be an
+// allocation; one per accepted connection, most never watched, would be
+// work on the accept path). Only the request's side calls it (add in
+// run, remove after run has ended).
 type pollerFD struct {
 	event syscall.EpollEvent
 	op    int // EPOLL_CTL_ADD or EPOLL_CTL_DEL
 	err   error
 	call  func(fd uintptr) // f.ctl
 }
-
-func (f *pollerFD) init() { f.call = f.ctl }
 
 func (f *pollerFD) ctl(fd uintptr) {
 	f.err = syscall.EpollCtl(thePoller.epfd, f.op, int(fd), &f.event)
@@ -83,6 +83,9 @@ func (f *pollerFD) ctl(fd uintptr) {
 // connection is closed.
 func (f *pollerFD) on(raw syscall.RawConn, op int) bool {
 	f.op = op
+	if f.call == nil {
+		f.call = f.ctl
+	}
 	return raw.Control(f.call) == nil && f.err == nil
 }
 
@@ -163,8 +166,6 @@ func (p *poller) deliver(id uint64) {
 		return // a byte queued; or nothing (not seen on a socket), and the watch ends as a read's deadline would end it
 	}
 	w.mu.Lock()
-	w.gone = true
-	cancel := w.cancel
+	w.leftLocked()
 	w.mu.Unlock()
-	cancel()
 }

@@ -8,6 +8,5 @@ type poller struct{}
 type pollerFD struct{}
 
 func clientPoller() *poller       { return nil }
-func (*pollerFD) init()           {}
 func (*poller) add(w *watch) bool { return false }
 func (*poller) remove(w *watch)   {}

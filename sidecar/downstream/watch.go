@@ -120,8 +120,7 @@ func (w *watch) run() {
 		if polled {
 			w.polled = true
 			if w.shut {
-				w.gone = true
-				w.cancel() // Close came between the registration and now
+				w.leftLocked() // Close came between the registration and now
 			}
 			w.ranLocked()
 			return
@@ -147,8 +146,7 @@ func (w *watch) run() {
 		in.hasExtra = true
 	}
 	if err != nil && !w.aborting && !errors.Is(err, os.ErrDeadlineExceeded) {
-		w.gone = true
-		w.cancel()
+		w.leftLocked()
 	}
 	w.ranLocked()
 }
@@ -166,15 +164,18 @@ func (w *watch) ranLocked() {
 func (w *watch) closed() {
 	w.mu.Lock()
 	w.shut = true
-	var cancel context.CancelFunc
 	if w.polled { // cancel is the polled request's: the next one begins after disarm
-		w.gone = true
-		cancel = w.cancel
+		w.leftLocked()
 	}
 	w.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
+}
+
+// leftLocked, under mu, records that the client went away and cancels
+// its request (context cancelation runs no code of the watch's, so mu
+// may be held).
+func (w *watch) leftLocked() {
+	w.gone = true
+	w.cancel()
 }
 
 // clientGone reports whether the watch saw the client go away.
