@@ -4,42 +4,38 @@ import (
 	"log/slog"
 	"sync"
 	"syscall"
-
-	"github.com/tetherproxy/tether/sidecar/peek"
 )
 
-// poller watches the connections of requests that outlive WatchAfter for
-// their client going away, all of them on one epoll instance and one
-// goroutine for the process, the way Go's own netpoller serves every
-// socket's reads. Without it each such request would hold a goroutine
-// blocked in a read of its connection: a model server's requests run for
-// seconds and come by the thousand, and that goroutine's stack was about
-// 4.4 KB of the 11.7 a request in flight held (BenchmarkRequestInFlight).
+// poller tells the watches of the process's client connections that
+// their client went away, all of them on one epoll instance and one
+// goroutine, the way Go's own netpoller serves every socket's reads.
+// Without it a request still running after WatchAfter would hold a
+// goroutine blocked in a read of its connection; with a registration per
+// request it would still cost a timer, a goroutine to register and two
+// epoll_ctl calls for each request that outlives WatchAfter, which under
+// a backlog is every request (a profile of a sidecar fallen behind at
+// 5,000 req/s had that at 3.5% of its samples).
 //
-// A connection is registered one-shot for readability or the peer's end
-// (EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, level-triggered, so bytes already
-// queued report at once), under its RawConn's Control, which keeps the
-// descriptor open for the call: a descriptor closed and reused by another
-// connection is never touched. Closing a socket takes it out of the epoll
-// set, so a connection that ends registered leaves nothing behind. Each
-// registration carries its own number; an event whose number is no
-// longer registered (the request ended first) is dropped.
+// A connection is registered once, on its first request's arm, for the
+// peer's end of stream or an error only (EPOLLRDHUP, and EPOLLERR and
+// EPOLLHUP, which epoll always reports), one-shot: bytes arriving (the
+// next request) raise no event, and the client's end, which lasts, is
+// reported once. Level-triggered, so an end that came before the
+// registration reports at once. Registered under the connection's
+// RawConn.Control, which keeps the descriptor open for the call, so a
+// descriptor closed and reused by another connection is never touched;
+// closing the socket takes it out of the epoll set. Each registration
+// carries its own number, dropped from the poller's map when the
+// connection ends (forget), so an event that comes after is dropped too.
 type poller struct {
 	epfd int
 	mu   sync.Mutex
-	// watched maps a registration's number to its watch while the
-	// request runs; under mu, which also orders an event's delivery
-	// before the request's end (remove).
+	// watched maps a registration's number to its connection's watch,
+	// until the event or the connection's end.
 	watched map[uint64]*watch
 	next    uint64
 	broken  bool // the epoll_wait failed for good: add refuses
-	// peek is peekFD, bound once; deliver's, under mu, with its results.
-	peek  func(fd uintptr)
-	peekN int
-	peekE syscall.Errno
 }
-
-func (p *poller) peekFD(fd uintptr) { p.peekN, p.peekE = peek.Byte(fd) }
 
 var (
 	pollerOnce sync.Once
@@ -54,43 +50,27 @@ func clientPoller() *poller {
 		if err != nil {
 			return
 		}
-		p := &poller{epfd: fd, watched: map[uint64]*watch{}}
-		p.peek = p.peekFD
-		thePoller = p
-		go p.loop()
+		thePoller = &poller{epfd: fd, watched: map[uint64]*watch{}}
+		go thePoller.loop()
 	})
 	return thePoller
 }
 
-// pollerFD is a watch's epoll_ctl calls on its connection's descriptor,
-// run under the connection's RawConn.Control by a method value made on
-// the connection's first watch and kept (a closure per call would be an
-// allocation; one per accepted connection, most never watched, would be
-// work on the accept path). Only the request's side calls it (add in
-// run, remove after run has ended).
+// pollerFD is a watch's epoll_ctl call on its connection's descriptor,
+// run under the connection's RawConn.Control by a method value made for
+// the call (once per connection).
 type pollerFD struct {
 	event syscall.EpollEvent
-	op    int // EPOLL_CTL_ADD or EPOLL_CTL_DEL
 	err   error
-	call  func(fd uintptr) // f.ctl
 }
 
-func (f *pollerFD) ctl(fd uintptr) {
-	f.err = syscall.EpollCtl(thePoller.epfd, f.op, int(fd), &f.event)
-}
-
-// on runs op on the connection's descriptor; false if it failed or the
-// connection is closed.
-func (f *pollerFD) on(raw syscall.RawConn, op int) bool {
-	f.op = op
-	if f.call == nil {
-		f.call = f.ctl
-	}
-	return raw.Control(f.call) == nil && f.err == nil
+func (f *pollerFD) add(fd uintptr) {
+	f.err = syscall.EpollCtl(thePoller.epfd, syscall.EPOLL_CTL_ADD, int(fd), &f.event)
 }
 
 // add registers w's connection; false if it could not be (the
 // connection closed, or epoll refused), and the watch reads instead.
+// The caller holds w.mu (the poller's lock comes after a watch's).
 func (p *poller) add(w *watch) bool {
 	p.mu.Lock()
 	if p.broken {
@@ -102,27 +82,21 @@ func (p *poller) add(w *watch) bool {
 	p.watched[w.id] = w
 	p.mu.Unlock()
 	f := &w.fd
-	f.event = syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT,
+	f.event = syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT,
 		Fd: int32(uint32(w.id)), Pad: int32(uint32(w.id >> 32))}
-	if !f.on(w.c.raw, syscall.EPOLL_CTL_ADD) {
-		p.mu.Lock()
-		delete(p.watched, w.id)
-		p.mu.Unlock()
+	if w.c.raw.Control(f.add) != nil || f.err != nil {
+		p.forget(w)
 		return false
 	}
 	return true
 }
 
-// remove ends w's registration. When it returns, an event that came for
-// it has been delivered in full (its context canceled) or never will be.
-func (p *poller) remove(w *watch) {
+// forget drops w's registration as its connection ends (the socket's
+// close takes it out of the epoll set).
+func (p *poller) forget(w *watch) {
 	p.mu.Lock()
 	delete(p.watched, w.id)
 	p.mu.Unlock()
-	// Taken out even after its one event: a one-shot registration stays
-	// in the set, disabled, and the next request's add would fail. A
-	// connection closed meanwhile is out already (Control refuses).
-	w.fd.on(w.c.raw, syscall.EPOLL_CTL_DEL)
 }
 
 func (p *poller) loop() {
@@ -134,8 +108,8 @@ func (p *poller) loop() {
 		}
 		if err != nil {
 			// Not expected (the descriptor is the poller's own, never
-			// closed); watches from now on read on their goroutines.
-			slog.Error("downstream: the client watch's poller failed; requests now in flight will not notice their client going away, later ones are watched by a read each", "err", err)
+			// closed); connections from now on are watched by reads.
+			slog.Error("downstream: the client watch's poller failed; connections now open will not notice their client going away, later ones are watched by a read per request", "err", err)
 			p.mu.Lock()
 			p.broken = true
 			p.mu.Unlock()
@@ -147,25 +121,14 @@ func (p *poller) loop() {
 	}
 }
 
-// deliver handles an event of registration id: as the watch's read would
-// have, a byte queued (the next request, pipelined) ends the watch and the
-// client's end of stream or an error cancels the request. Under mu, so
-// that the request's end (remove) waits for it.
+// deliver hands the event of registration id to its watch (without the
+// poller's lock: a watch's lock comes first).
 func (p *poller) deliver(id uint64) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	w := p.watched[id]
-	if w == nil {
-		return // the request ended first
+	delete(p.watched, id) // one-shot: no other event comes for it
+	p.mu.Unlock()
+	if w != nil {
+		w.hungUp()
 	}
-	delete(p.watched, id)
-	if w.c.raw.Control(p.peek) != nil {
-		return // closed by the server, which cancels the request (watch.closed)
-	}
-	if p.peekN > 0 || peek.Empty(p.peekE) {
-		return // a byte queued; or nothing (not seen on a socket), and the watch ends as a read's deadline would end it
-	}
-	w.mu.Lock()
-	w.leftLocked()
-	w.mu.Unlock()
 }

@@ -9,4 +9,4 @@ type pollerFD struct{}
 
 func clientPoller() *poller       { return nil }
 func (*poller) add(w *watch) bool { return false }
-func (*poller) remove(w *watch)   {}
+func (*poller) forget(w *watch)   {}

@@ -140,6 +140,49 @@ func TestPipelinedRequestAfterAWatchedOne(t *testing.T) {
 	})
 }
 
+// A client that sends its next request while one runs and then shuts
+// its side (a pipelining client done sending) has the running request
+// finish, its next byte being queued behind it, and the next one, which
+// finds the client's end at once, canceled: what net/http's background
+// read does, either way (the poller's event comes while the first runs).
+func TestAHalfClosingPipelinerKeepsItsRunningRequest(t *testing.T) {
+	watchWays(t, func(t *testing.T, s *Server) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		ended := make(chan error, 2)
+		s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/first" {
+				close(entered)
+				<-release
+			} else {
+				select {
+				case <-r.Context().Done():
+				case <-time.After(5 * time.Second):
+				}
+			}
+			ended <- r.Context().Err()
+			io.WriteString(w, r.URL.Path)
+		})
+		addr := start(t, s)
+		c, br := dial(t, addr)
+		io.WriteString(c, "GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+		<-entered
+		time.Sleep(20 * time.Millisecond) // past WatchAfter: the watch is on
+		io.WriteString(c, "GET /last HTTP/1.1\r\nHost: x\r\n\r\n")
+		c.(*net.TCPConn).CloseWrite()
+		time.Sleep(20 * time.Millisecond) // the client's end seen while /first runs
+		close(release)
+		if _, body := readBody(t, br); body != "/first" {
+			t.Fatalf("first response: %q", body)
+		}
+		if err := <-ended; err != nil {
+			t.Fatalf("/first ended with %v, want it left running", err)
+		}
+		if err := <-ended; !errors.Is(err, context.Canceled) {
+			t.Fatalf("/last ended with %v, want context.Canceled", err)
+		}
+	})
+}
+
 // ReverseProxy cuts a response it cannot finish (the backend failed
 // mid-body) by panicking with http.ErrAbortHandler: the client must see
 // the response end without its last chunk, not a clean end.

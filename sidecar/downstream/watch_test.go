@@ -7,21 +7,23 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
-// polledWatches is how many requests' connections the process's poller
-// watches now.
-func polledWatches() int {
+// registrations returns the numbers of the connections the process's
+// poller watches now.
+func registrations() []uint64 {
 	p := clientPoller()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.watched)
+	return slices.Collect(maps.Keys(p.watched))
 }
 
 // goroutinesIn counts the goroutines with fn on their stacks.
@@ -38,10 +40,9 @@ func goroutinesIn(fn string) int {
 }
 
 // On the poller a request in flight past WatchAfter holds no goroutine
-// for its watch, request after request on one connection (each
-// registration is taken out as its request ends: left in, the next
-// request's would be refused and its watch would read on a goroutine),
-// and the client going away still cancels it.
+// for its watch, request after request on one connection, which is
+// registered once, on its first request, and stays so; the client going
+// away still cancels the request, and takes the registration out.
 func TestAPolledWatchHoldsNoGoroutine(t *testing.T) {
 	if clientPoller() == nil {
 		t.Fatal("no epoll poller on Linux")
@@ -59,10 +60,16 @@ func TestAPolledWatchHoldsNoGoroutine(t *testing.T) {
 	})})
 	c, br := dial(t, addr)
 	const requests = 3
+	var first uint64
 	for i := range requests {
 		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 		<-entered
-		testkit.Eventually(t, 5*time.Second, "the request's watch on the poller", func() bool { return polledWatches() == 1 })
+		time.Sleep(20 * time.Millisecond) // past WatchAfter, where the reading way would start
+		ids := registrations()
+		if len(ids) != 1 || (i > 0 && ids[0] != first) {
+			t.Fatalf("request %d: registrations %v, want the connection's one (%d)", i+1, ids, first)
+		}
+		first = ids[0]
 		if n := goroutinesIn("downstream.(*watch).run"); n != 0 {
 			t.Fatalf("request %d: %d goroutines in the watch's run, want none", i+1, n)
 		}
@@ -83,5 +90,33 @@ func TestAPolledWatchHoldsNoGoroutine(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the client closed its connection and the request was not canceled")
 	}
-	testkit.Eventually(t, 5*time.Second, "the poller holding no watch", func() bool { return polledWatches() == 0 })
+	testkit.Eventually(t, 5*time.Second, "the poller holding no registration", func() bool { return len(registrations()) == 0 })
+}
+
+// On the poller a client's hanging up is noticed when it happens, not
+// WatchAfter later: with WatchAfter an hour, the request is canceled as
+// the client closes (the reading way would look in an hour).
+func TestAHangUpIsNoticedAtOnceOnThePoller(t *testing.T) {
+	if clientPoller() == nil {
+		t.Fatal("no epoll poller on Linux")
+	}
+	entered := make(chan struct{})
+	canceled := make(chan error, 1)
+	addr := start(t, &Server{WatchAfter: time.Hour, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body) // the watch starts with the body's end, either way
+		close(entered)
+		select {
+		case <-r.Context().Done():
+			canceled <- r.Context().Err()
+		case <-time.After(5 * time.Second):
+			canceled <- nil
+		}
+	})})
+	c, _ := dial(t, addr)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	<-entered
+	c.Close()
+	if err := <-canceled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the request's context ended with %v, want context.Canceled", err)
+	}
 }
