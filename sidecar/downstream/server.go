@@ -8,13 +8,17 @@
 // is written, and, once the handler has the request body, a goroutine
 // that reads the connection to notice a client going away, stopped by a
 // read deadline in the past when the handler returns — three wake-ups
-// and a system call for every request, however short. Here that watch
-// starts only when a request is still running after WatchAfter: a short
-// request (a proxied one answers in well under a millisecond of the
-// sidecar's time) never pays for it, and a long one (a model's answer)
-// is watched from then on, as before. On a sidecar's hot path, at a
-// thousand requests a second, those wake-ups are CPU that every router
-// pod pays (README "The hop's cost").
+// and a system call for every request, however short. Here (on Linux) a
+// connection is registered once with one epoll instance for the
+// process, for its client's end of stream or an error, and a request's
+// watch is a flag: no wake-up, system call or goroutine per request,
+// short or long, and a client hanging up is noticed when it does (watch,
+// poller_linux.go). Elsewhere the watch reads as net/http's does, but
+// only for a request still running after WatchAfter: a short request (a
+// proxied one answers in well under a millisecond of the sidecar's time)
+// never pays for it. On a sidecar's hot path, at a thousand requests a
+// second, those wake-ups are CPU that every router pod pays (README
+// "The hop's cost").
 //
 // The wire format stays net/http's own: requests are read as
 // http.ReadRequest reads them (framing, chunked bodies, header
@@ -60,10 +64,12 @@ type Server struct {
 	// longer. 0: none.
 	IdleTimeout time.Duration
 	// WatchAfter is how long a request runs at least, its body read,
-	// before its connection is watched for the client going away (which
-	// cancels the request's context); the watch starts on the next
-	// multiple of ten times it (package coarse), so at most 11 times it
-	// after the body. 0: 5 ms (the watch within 55 ms).
+	// before a watch that reads (where the process has no poller, or the
+	// connection no descriptor) reads its connection for the client going
+	// away (which cancels the request's context); the read starts on the
+	// next multiple of ten times it (package coarse), so at most 11 times
+	// it after the body. 0: 5 ms (the read within 55 ms). On the poller
+	// the watch costs a request nothing and starts with its body's end.
 	WatchAfter time.Duration
 	// Log receives handler panics and accept errors. nil: slog.Default().
 	Log *slog.Logger

@@ -197,11 +197,11 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 // first byte before it registers for its context's cancelation; the
 // wait ends on the next point of a grid of abortGrid (package coarse),
 // so a wait that ends early leaves its deadline where other requests'
-// timers fall due too. The server's watch for a client going away starts
-// on the same grid, WatchAfter (5 ms, downstream) after the body was
-// read and before this wait began, so it starts on this wait's point or
-// one before: a cancelation is noticed abortCheck + abortGrid late at
-// most.
+// timers fall due too. The server's watch for a client going away is on
+// from the body's end on Linux (downstream's poller; elsewhere it reads
+// from WatchAfter, 5 ms, after the body, on the same grid, so from this
+// wait's point or one before): a cancelation is noticed abortCheck +
+// abortGrid late at most.
 const (
 	abortCheck = 5 * time.Millisecond
 	abortGrid  = coarse.Step
