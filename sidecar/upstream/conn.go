@@ -250,6 +250,17 @@ func (w *watch) firstWait(deadline time.Time) time.Time {
 // The first wait, to w.firstWait, was send's (waited: it ran out); the
 // rest of the header timeout's is watched: registered for the context's
 // cancelation.
+//
+// Unless the answer is there already: a wait that ran out may have had
+// its answer arrive in time, the round trip's goroutine running only
+// after the deadline. A sidecar behind on its own queue does that to
+// nearly every request: the scheduler runs due timers whenever it
+// switches goroutines, but asks the poller which sockets are ready only
+// when it runs out of work (or every 10 ms), so the deadline's timer
+// wakes the goroutine before the answer's readiness does. Such an answer
+// is read as it is, as one read within the first wait would have been:
+// no registration (five allocations and two locked updates of the
+// context's tree) and no buffer handed back and lent again.
 func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time.Time, waited bool) (*http.Response, error) {
 	c.in.n = c.t.o.MaxHeaderBytes // the first byte's read counts too
 	defer func() { c.in.n = -1 }()
@@ -258,14 +269,19 @@ func (c *conn) awaitResponse(req *http.Request, h hooks, w *watch, deadline time
 			if !deadline.IsZero() && !time.Now().Before(deadline) {
 				return nil, os.ErrDeadlineExceeded
 			}
-			w.start()
+			answered := c.answered()
+			if !answered {
+				w.start()
+			}
 			if err := w.ctx.Err(); err != nil {
 				c.abort() // as the cancelation would have, had it been registered
 				return nil, err
 			}
 			_ = c.nc.SetReadDeadline(deadline)
-			if err := c.awaitAnswer(); err != nil {
-				return nil, err
+			if !answered {
+				if err := c.awaitAnswer(); err != nil {
+					return nil, err
+				}
 			}
 		}
 		_, err := c.br.Peek(1)
@@ -405,7 +421,17 @@ func (c *conn) alive() bool {
 	return peek.Empty(c.peekErr)
 }
 
-// peekFD is alive's probe. It runs under RawConn.Control, not Read: it
+// answered reports whether the backend's answer has begun: something
+// to read waits in the socket (bytes, or its end or an error, which the
+// read reports).
+func (c *conn) answered() bool {
+	if c.raw == nil || c.raw.Control(c.peek) != nil {
+		return false
+	}
+	return !peek.Empty(c.peekErr)
+}
+
+// peekFD is alive's probe, and answered's. It runs under RawConn.Control, not Read: it
 // never waits, so it needs no poller, and a read deadline left from the
 // last round trip, past by now, must not fail it.
 func (c *conn) peekFD(fd uintptr) { _, c.peekErr = peek.Byte(fd) }
