@@ -254,10 +254,12 @@ func (w *watch) firstWait(deadline time.Time) time.Time {
 // Unless the answer is there already: a wait that ran out may have had
 // its answer arrive in time, the round trip's goroutine running only
 // after the deadline. A sidecar behind on its own queue does that to
-// nearly every request: the scheduler runs due timers whenever it
-// switches goroutines, but asks the poller which sockets are ready only
-// when it runs out of work (or every 10 ms), so the deadline's timer
-// wakes the goroutine before the answer's readiness does. Such an answer
+// most requests (docs/hop-cost.md "The answer that came in time": four
+// in five ran out, nine in ten of those with their answer there): the
+// scheduler runs due timers whenever it switches goroutines, but asks
+// the poller which sockets are ready only when it runs out of work (or
+// every 10 ms), so the deadline's timer wakes the goroutine before the
+// answer's readiness does. Such an answer
 // is read as it is, as one read within the first wait would have been:
 // no registration (five allocations and two locked updates of the
 // context's tree) and no buffer handed back and lent again.
