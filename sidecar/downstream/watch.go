@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/peek"
@@ -54,9 +53,7 @@ type watch struct {
 	registered bool // the connection is on poll, for the rest of its life
 	refused    bool // poll could not take it: the watch reads from now on
 	hup        bool // poll reported the client's end of stream or an error
-	look       func(fd uintptr)
-	lookN      int // look's result: a byte queued, or 0
-	lookErr    syscall.Errno
+	prober     peek.Prober
 
 	// The reading way (under mu).
 	cond sync.Cond // run has finished
@@ -169,19 +166,15 @@ func (w *watch) hungUp() {
 // would read it: the client's end of stream or an error cancels the
 // request; a byte queued (a pipelined request) does not.
 func (w *watch) lookLocked() {
-	if w.look == nil {
-		w.look = w.lookFD
-	}
-	if w.c.raw.Control(w.look) != nil {
+	n, errno, err := w.prober.Probe(w.c.raw)
+	if err != nil {
 		return // closed: by Close, which cancels (closed), or as the connection ends
 	}
-	if w.lookN > 0 || peek.Empty(w.lookErr) {
+	if n > 0 || peek.Empty(errno) {
 		return
 	}
 	w.leftLocked()
 }
-
-func (w *watch) lookFD(fd uintptr) { w.lookN, w.lookErr = peek.Byte(fd) }
 
 // run is the reading way's: the timer's function, WatchAfter after arm.
 func (w *watch) run() {

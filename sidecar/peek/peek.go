@@ -77,3 +77,32 @@ func (w *Waiter) readableFD(fd uintptr) bool {
 	}
 	return true
 }
+
+// Prober peeks at a socket without waiting, under a syscall.RawConn's
+// Control, which neither heeds a read deadline nor prepares the poller.
+// The upstream transport asks it whether an idle connection is still
+// alive and whether an answer has arrived, the downstream server whether
+// a client that ended its stream left a byte queued first.
+//
+// A Prober lives inside the connection it serves and must not move once
+// used: its function is bound on first use (a method value made per
+// probe would be an allocation).
+type Prober struct {
+	probe func(fd uintptr)
+	n     int
+	errno syscall.Errno
+}
+
+// Probe reports what Byte reports of raw's socket; err is Control's (the
+// connection is closed), and then n and errno mean nothing.
+func (p *Prober) Probe(raw syscall.RawConn) (n int, errno syscall.Errno, err error) {
+	if p.probe == nil {
+		p.probe = p.probeFD
+	}
+	if err := raw.Control(p.probe); err != nil {
+		return 0, 0, err
+	}
+	return p.n, p.errno, nil
+}
+
+func (p *Prober) probeFD(fd uintptr) { p.n, p.errno = Byte(fd) }

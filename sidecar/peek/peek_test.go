@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // Byte answers the three states of a socket's receive queue without
@@ -84,24 +86,42 @@ func TestWaiterWaitsWithoutTaking(t *testing.T) {
 // and the server end's raw connection, all closed when t ends.
 func tcpPair(t *testing.T) (client, server net.Conn, raw syscall.RawConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { server.Close() })
-	raw, err = server.(*net.TCPConn).SyscallConn()
+	client, server = testkit.LoopbackPair(t)
+	raw, err := server.(*net.TCPConn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return client, server, raw
+}
+
+// A Prober answers as Byte under Control does, probe after probe, and
+// says so when the connection is closed.
+func TestProberAnswersAsByte(t *testing.T) {
+	client, server, raw := tcpPair(t)
+	var p Prober
+	if _, errno, err := p.Probe(raw); err != nil || !Empty(errno) {
+		t.Fatalf("nothing sent: errno %v, err %v; want EAGAIN", errno, err)
+	}
+	client.Write([]byte("x"))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, errno, err := p.Probe(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !Empty(errno) {
+			if n != 1 || errno != 0 {
+				t.Fatalf("a byte sent: n %d, errno %v; want 1, 0", n, errno)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the byte sent never showed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	server.Close()
+	if _, _, err := p.Probe(raw); err == nil {
+		t.Fatal("a closed connection probed without an error")
+	}
 }

@@ -3,7 +3,6 @@ package upstream
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -18,22 +17,9 @@ import (
 // has not begun registers and waits for it.
 func TestAnAnswerThereWhenTheFirstWaitEndsIsReadWithoutRegistering(t *testing.T) {
 	for _, queued := range []bool{true, false} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		nc, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		backend, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer backend.Close()
+		nc, backend := testkit.LoopbackPair(t)
 		tr := newTransport(Options{})
-		c := newConn(tr, ln.Addr().String(), nc)
+		c := newConn(tr, backend.LocalAddr().String(), nc)
 		defer c.discard()
 
 		const answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -46,7 +32,7 @@ func TestAnAnswerThereWhenTheFirstWaitEndsIsReadWithoutRegistering(t *testing.T)
 				io.WriteString(backend, answer)
 			}()
 		}
-		req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
+		req, _ := http.NewRequest("GET", "http://"+backend.LocalAddr().String()+"/", nil)
 		w := watch{ctx: context.Background(), c: c, stop: unwatched}
 		resp, err := c.awaitResponse(req, hooks{}, &w, time.Now().Add(5*time.Second), true)
 		if err != nil {

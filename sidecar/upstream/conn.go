@@ -41,10 +41,9 @@ type conn struct {
 	out       sender          // nc, and the request's last write (send)
 	reused    bool            // carried a request before this one
 	idleSince time.Time
-	peek      func(fd uintptr) // alive's probe, made once
-	waiter    peek.Waiter      // awaitAnswer's
-	abortFn   func()           // abort, made once: a method value per request would be an allocation
-	peekErr   syscall.Errno    // alive's probe's answer: EAGAIN when nothing had arrived
+	prober    peek.Prober // alive's and answered's
+	waiter    peek.Waiter // awaitAnswer's
+	abortFn   func()      // abort, made once: a method value per request would be an allocation
 	// aborted: the request's context was canceled and nc closed.
 	aborted atomic.Bool
 }
@@ -60,7 +59,6 @@ func newConn(t *Transport, addr string, nc net.Conn) *conn {
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
-			c.peek = c.peekFD
 			c.waiter.Init()
 		}
 	}
@@ -417,26 +415,20 @@ func (c *conn) alive() bool {
 	if c.raw == nil {
 		return true
 	}
-	if err := c.raw.Control(c.peek); err != nil {
-		return false
-	}
-	return peek.Empty(c.peekErr)
+	_, errno, err := c.prober.Probe(c.raw)
+	return err == nil && peek.Empty(errno)
 }
 
 // answered reports whether the backend's answer has begun: something
 // to read waits in the socket (bytes, or its end or an error, which the
 // read reports).
 func (c *conn) answered() bool {
-	if c.raw == nil || c.raw.Control(c.peek) != nil {
+	if c.raw == nil {
 		return false
 	}
-	return !peek.Empty(c.peekErr)
+	_, errno, err := c.prober.Probe(c.raw)
+	return err == nil && !peek.Empty(errno)
 }
-
-// peekFD is alive's probe, and answered's. It runs under RawConn.Control, not Read: it
-// never waits, so it needs no poller, and a read deadline left from the
-// last round trip, past by now, must not fail it.
-func (c *conn) peekFD(fd uintptr) { _, c.peekErr = peek.Byte(fd) }
 
 // oneWrite is the buffered writer Request.Write is given: a
 // *bufio.Writer, but not of that type, so that Write does not flush the
