@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -119,4 +120,53 @@ func TestAHangUpIsNoticedAtOnceOnThePoller(t *testing.T) {
 	if err := <-canceled; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the request's context ended with %v, want context.Canceled", err)
 	}
+}
+
+// The poller waits for its events on Go's own poller, as a socket's read
+// does, not in a blocking epoll_wait, which would keep the goroutine's P
+// until the runtime's monitor took it back (up to 10 ms; with one P,
+// nothing else runs meanwhile): after a hang-up has been delivered, its
+// goroutine is back to waiting for IO, not in a system call.
+func TestThePollerWaitsOnGosPoller(t *testing.T) {
+	if clientPoller() == nil {
+		t.Fatal("no epoll poller on Linux")
+	}
+	entered := make(chan struct{})
+	canceled := make(chan error, 1)
+	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-r.Context().Done()
+		canceled <- r.Context().Err()
+	})})
+	c, _ := dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+	c.Close()
+	if err := <-canceled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the request's context ended with %v, want context.Canceled", err)
+	}
+	testkit.Eventually(t, 5*time.Second, "the poller's goroutine waiting for IO", func() error {
+		if state := goroutineState("downstream.(*poller).loop"); state != "IO wait" {
+			return fmt.Errorf("its state is %q", state)
+		}
+		return nil
+	})
+}
+
+// goroutineState is the state of the goroutine whose stack has fn, as
+// the runtime prints it ("IO wait", "syscall", "running" …; minutes
+// waited left off), or "" if there is none.
+func goroutineState(fn string) string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if !bytes.Contains(g, []byte(fn)) {
+			continue
+		}
+		_, rest, _ := bytes.Cut(g, []byte(" ["))
+		state, _, _ := bytes.Cut(rest, []byte("]"))
+		state, _, _ = bytes.Cut(state, []byte(","))
+		return string(state)
+	}
+	return ""
 }
