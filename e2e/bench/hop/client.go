@@ -44,6 +44,9 @@ const requestTimeout = 10 * time.Second
 type client struct {
 	sessions []session
 	stream   bool
+	// closeEvery: request i closes its connection once answered when
+	// i+1 is a multiple of it (0: never).
+	closeEvery int
 }
 
 // session is where one session's requests go and what they are.
@@ -129,6 +132,9 @@ func (c *client) do(ctx context.Context, i int) error {
 			return err
 		}
 		keep, answered, err := c.exchange(cn, s.req)
+		if c.closeEvery > 0 && (i+1)%c.closeEvery == 0 {
+			keep = false
+		}
 		if err == nil && keep {
 			s.pool.put(cn)
 		} else {

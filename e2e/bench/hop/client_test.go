@@ -76,6 +76,25 @@ func TestClientReusesConnectionsAndReadsWholeAnswers(t *testing.T) {
 	}
 }
 
+// With closeEvery, every closeEvery-th request closes its connection
+// once answered, and the next one opens a new one.
+func TestClientClosesEveryNthConnection(t *testing.T) {
+	b := newBackend(t)
+	c := newClient(&target{name: "proxy", url: b.URL}, nil, 10, NonStreaming, "")
+	c.closeEvery = 4
+	for i := range 30 {
+		if err := c.do(t.Context(), i); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	c.close()
+	// Requests 4, 8, … 28 close theirs: seven closed, and the eighth
+	// connection carries 29 and 30.
+	if b.reqs.Load() != 30 || b.conns.Load() != 8 {
+		t.Errorf("%d requests on %d connections, want 30 on 8", b.reqs.Load(), b.conns.Load())
+	}
+}
+
 // A server that closed an idle connection costs a new one, not an error.
 func TestClientRetriesOnAConnectionClosedIdle(t *testing.T) {
 	b := newBackend(t)

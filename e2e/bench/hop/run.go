@@ -26,9 +26,13 @@ type Options struct {
 	// Headers are the requests' fields besides Host, Content-Type,
 	// X-Session-ID and Content-Length: HeadersPlain (none, the default)
 	// or HeadersSDK.
-	Headers  string
-	Warmup   time.Duration
-	Duration time.Duration
+	Headers string
+	// CloseEvery, if set, makes every CloseEvery-th request close its
+	// connection once answered (a client ending its conversation); the
+	// next request on that address opens a new one.
+	CloseEvery int
+	Warmup     time.Duration
+	Duration   time.Duration
 	// MaxRate searches the highest rate each proxy sustains with the
 	// p99 added over direct's < P99Limit, no errors and the offered rate
 	// completed.
@@ -271,6 +275,7 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		return nil, err
 	}
 	c := newClient(t, backends, o.Sessions, mode, extra)
+	c.closeEvery = o.CloseEvery
 	defer c.close()
 	var cpu0, aux0 procs.Usage
 	usage := func() (proxy, aux procs.Usage) {

@@ -47,8 +47,12 @@ func (r *Results) Setup() string {
 	if o.Headers == HeadersSDK {
 		fields = ", with the 14 more fields of an OpenAI SDK's request (-headers sdk)"
 	}
-	return fmt.Sprintf("%d modelsim backends in one process (no artificial latency, no request log), %d sessions (X-Session-ID)%s, keep-alive; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte; streamed responses are %d SSE events",
-		o.Backends, o.Sessions, fields, o.Duration, o.Warmup, StreamEvents)
+	conns := "keep-alive"
+	if o.CloseEvery > 0 {
+		conns = fmt.Sprintf("keep-alive, every %d-th request closing its connection once answered (-close-every)", o.CloseEvery)
+	}
+	return fmt.Sprintf("%d modelsim backends in one process (no artificial latency, no request log), %d sessions (X-Session-ID)%s, %s; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte; streamed responses are %d SSE events",
+		o.Backends, o.Sessions, fields, conns, o.Duration, o.Warmup, StreamEvents)
 }
 
 // Tables returns one table per mode and rate, with ratios to HAProxy's
