@@ -29,10 +29,8 @@ func registrations() []uint64 {
 
 // goroutinesIn counts the goroutines with fn on their stacks.
 func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+	for _, g := range goroutineStacks() {
 		if bytes.Contains(g, []byte(fn)) {
 			n++
 		}
@@ -96,7 +94,12 @@ func TestAPolledWatchHoldsNoGoroutine(t *testing.T) {
 
 // On the poller a client's hanging up is noticed when it happens, not
 // WatchAfter later: with WatchAfter an hour, the request is canceled as
-// the client closes (the reading way would look in an hour).
+// the client closes (the reading way would look in an hour). And the
+// poller waits for its events on Go's own poller, as a socket's read
+// does, not in a blocking epoll_wait, which would keep the goroutine's P
+// until the runtime's monitor took it back (up to 10 ms; with one P,
+// nothing else runs meanwhile): once the hang-up has been delivered, its
+// goroutine is back to waiting for IO, not in a system call.
 func TestAHangUpIsNoticedAtOnceOnThePoller(t *testing.T) {
 	if clientPoller() == nil {
 		t.Fatal("no epoll poller on Linux")
@@ -120,31 +123,6 @@ func TestAHangUpIsNoticedAtOnceOnThePoller(t *testing.T) {
 	if err := <-canceled; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the request's context ended with %v, want context.Canceled", err)
 	}
-}
-
-// The poller waits for its events on Go's own poller, as a socket's read
-// does, not in a blocking epoll_wait, which would keep the goroutine's P
-// until the runtime's monitor took it back (up to 10 ms; with one P,
-// nothing else runs meanwhile): after a hang-up has been delivered, its
-// goroutine is back to waiting for IO, not in a system call.
-func TestThePollerWaitsOnGosPoller(t *testing.T) {
-	if clientPoller() == nil {
-		t.Fatal("no epoll poller on Linux")
-	}
-	entered := make(chan struct{})
-	canceled := make(chan error, 1)
-	addr := start(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-r.Context().Done()
-		canceled <- r.Context().Err()
-	})})
-	c, _ := dial(t, addr)
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	<-entered
-	c.Close()
-	if err := <-canceled; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the request's context ended with %v, want context.Canceled", err)
-	}
 	testkit.Eventually(t, 5*time.Second, "the poller's goroutine waiting for IO", func() error {
 		if state := goroutineState("downstream.(*poller).loop"); state != "IO wait" {
 			return fmt.Errorf("its state is %q", state)
@@ -157,9 +135,7 @@ func TestThePollerWaitsOnGosPoller(t *testing.T) {
 // the runtime prints it ("IO wait", "syscall", "running" …; minutes
 // waited left off), or "" if there is none.
 func goroutineState(fn string) string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+	for _, g := range goroutineStacks() {
 		if !bytes.Contains(g, []byte(fn)) {
 			continue
 		}
@@ -169,4 +145,12 @@ func goroutineState(fn string) string {
 		return string(state)
 	}
 	return ""
+}
+
+// goroutineStacks is every goroutine's stack as the runtime prints them,
+// one each.
+func goroutineStacks() [][]byte {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return bytes.Split(buf, []byte("\n\n"))
 }
