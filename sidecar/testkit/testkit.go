@@ -1,12 +1,12 @@
 // Package testkit is what tether's tests share: waiting for a condition
 // with a deadline (Eventually), capturing what a running part writes
 // (SyncBuffer), reading metrics from a registry or a /metrics endpoint
-// (Metric, Scrape), a settable clock for tests whose time cannot run
-// in a testing/synctest bubble (Clock), a TCP connection over loopback
-// (LoopbackPair), and the goroutines leak checks let live (LongLived). Unit tests of pure time logic use
-// synctest instead. Only tests and test harnesses (e2e/cluster,
-// redistest) import this package; it is not internal because the
-// injector's and the e2e tests use it too.
+// (Metric, Scrape), a settable clock for tests whose time cannot run in
+// a testing/synctest bubble (Clock), a TCP connection over loopback
+// (LoopbackPair), and the goroutines leak checks let live (LongLived).
+// Unit tests of pure time logic use synctest instead. Only tests and test
+// harnesses (e2e/cluster, redistest) import this package; it is not
+// internal because the injector's and the e2e tests use it too.
 package testkit
 
 import (
