@@ -28,6 +28,7 @@ import (
 	"github.com/tetherproxy/tether/sidecar/kubeclient"
 	"github.com/tetherproxy/tether/sidecar/logbuf"
 	"github.com/tetherproxy/tether/sidecar/logjson"
+	"github.com/tetherproxy/tether/sidecar/logsink"
 	"github.com/tetherproxy/tether/sidecar/server"
 	"github.com/tetherproxy/tether/sidecar/sysmon"
 	"github.com/tetherproxy/tether/sidecar/threads"
@@ -69,7 +70,13 @@ func run() error {
 	levelVar := new(slog.LevelVar)
 	levelVar.Set(level)
 	// Batched: one write(2) per request costs more CPU than the request.
-	out := logbuf.New(os.Stderr, logBufferBytes, *logFlush)
+	// Stderr on Go's poller when a pipe, so a slow log reader parks the
+	// writer instead of holding a thread (package logsink).
+	sink, _ := logsink.Stderr()
+	if sink != os.Stderr {
+		defer sink.Close()
+	}
+	out := logbuf.New(sink, logBufferBytes, *logFlush)
 	defer out.Close()
 	// slog's JSON lines, the access log's formatted without reflection.
 	// Warnings and errors are written at once; access lines in batches.
