@@ -125,6 +125,9 @@ func run() error {
 	if err := srv.Listen(); err != nil {
 		return err
 	}
+	// A log reader that falls behind costs log lines, never requests
+	// (package logbuf): counted, and said in a warning every 10 s.
+	go logbuf.ReportDrops(ctx, out, logbuf.ReportOptions{Log: log, Registerer: srv.Registry(), Every: 10 * time.Second})
 	if adaptive {
 		go threads.Run(ctx, threads.Options{Max: runtime.GOMAXPROCS(0), Registerer: srv.Registry(), Log: log})
 	}

@@ -60,8 +60,8 @@ func TestSidecarKeepsSysmonAwake(t *testing.T) {
 // startSidecar runs main with a memory store and GODEBUG set to godebug
 // (unset if empty), and extra added to its environment, waits until it is
 // ready, and returns the environment of the process serving under the
-// started process id (and its name, under commKey), its log and its admin
-// address.
+// started process id (and its name and id, under commKey and pidKey), its
+// log and its admin address.
 func startSidecar(t *testing.T, godebug string, extra ...string) (map[string]string, func() string, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -128,8 +128,12 @@ pools:
 		t.Fatal(err)
 	}
 	env[commKey] = strings.TrimSpace(string(comm))
+	env[pidKey] = fmt.Sprint(cmd.Process.Pid)
 	return env, out.String, addrs[1]
 }
 
-// commKey holds, in startSidecar's map, the process's name.
-const commKey = "/proc/PID/comm"
+// commKey holds, in startSidecar's map, the process's name; pidKey its id.
+const (
+	commKey = "/proc/PID/comm"
+	pidKey  = "PID"
+)

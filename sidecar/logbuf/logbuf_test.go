@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/tetherproxy/tether/sidecar/logjson"
@@ -60,22 +61,38 @@ func TestBatchesAndFlushesAfterInterval(t *testing.T) {
 	w.Close()
 }
 
-// TestFullBufferWritesAtOnce: a line that does not fit flushes what is
-// held first; one larger than the buffer goes through whole.
+// TestFullBufferWritesAtOnce: a line that does not fit starts the write
+// of what is held; one larger than the buffer is written with what is
+// held, whole.
 func TestFullBufferWritesAtOnce(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	var under countingWriter
 	w := New(&under, 16, time.Hour)
 	defer w.Close()
 	w.Write([]byte("0123456789\n"))
 	w.Write([]byte("abcdefghij\n")) // does not fit: the first goes out
+	waitIdle(w)
 	if got, n := under.all(); n != 1 || got != "0123456789\n" {
 		t.Fatalf("after overflow: %d writes %q", n, got)
 	}
 	big := strings.Repeat("x", 40) + "\n"
 	w.Write([]byte(big))
-	if got, n := under.all(); n != 3 || got != "0123456789\nabcdefghij\n"+big {
+	waitIdle(w)
+	if got, n := under.all(); n != 2 || got != "0123456789\nabcdefghij\n"+big {
 		t.Fatalf("after a line larger than the buffer: %d writes %q", n, got)
 	}
+	if w.Dropped() != 0 {
+		t.Fatalf("%d lines dropped", w.Dropped())
+	}
+}
+
+// waitIdle waits until no batch of w's is on its way.
+func waitIdle(w *Writer) {
+	w.mu.Lock()
+	for w.writing {
+		w.idle.Wait()
+	}
+	w.mu.Unlock()
 }
 
 // TestCloseFlushesAndWritesThrough: Close writes what is held, and the
@@ -108,7 +125,8 @@ func TestUnbuffered(t *testing.T) {
 }
 
 // TestConcurrentLinesStayWhole: concurrent writers' lines are never
-// interleaved within a line (go test -race).
+// interleaved within a line nor reordered, and every line is written or
+// counted as dropped (go test -race).
 func TestConcurrentLinesStayWhole(t *testing.T) {
 	var under countingWriter
 	w := New(&under, 512, time.Millisecond)
@@ -124,13 +142,18 @@ func TestConcurrentLinesStayWhole(t *testing.T) {
 	w.Close()
 	got, _ := under.all()
 	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
-	if len(lines) != 800 {
-		t.Fatalf("%d lines, want 800", len(lines))
+	if uint64(len(lines))+w.Dropped() != 800 {
+		t.Fatalf("%d lines and %d dropped, want 800 in all", len(lines), w.Dropped())
 	}
+	last := map[byte]string{}
 	for _, l := range lines {
 		if len(l) != len(`{"g":0,"i":000}`) {
 			t.Fatalf("torn line %q", l)
 		}
+		if g := l[5]; l <= last[g] {
+			t.Fatalf("line %q after %q", l, last[g])
+		}
+		last[l[5]] = l
 	}
 }
 
@@ -147,6 +170,7 @@ func TestFlushAtWarn(t *testing.T) {
 		t.Fatal("an info line was written before its batch")
 	}
 	log.Warn("something broke")
+	waitIdle(w)
 	got, n := under.all()
 	if n != 1 || !strings.Contains(got, `"msg":"routine"`) || !strings.Contains(got, `"msg":"something broke"`) ||
 		strings.Index(got, "routine") > strings.Index(got, "something broke") {
@@ -178,6 +202,7 @@ func TestFlushAtWarnGivenParts(t *testing.T) {
 		if err := logjson.HandleAttrs(context.Background(), h, now, slog.LevelWarn, "something broke", nil); err != nil {
 			t.Fatal(err)
 		}
+		waitIdle(w)
 		got, n := under.all()
 		if n != 1 || !strings.Contains(got, `"msg":"routine","status":200`) || !strings.Contains(got, `"msg":"something broke"`) {
 			t.Fatalf("%s: after a warning: %d writes %q, want both lines at once", name, n, got)
@@ -204,48 +229,74 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 	return b.countingWriter.Write(p)
 }
 
-// TestLinesDoNotWaitForASlowWrite: while a batch is on its way to a
-// writer that blocks (a pipe whose reader is slow), lines go into the
-// second buffer and their writers return; they follow the batch, in
-// order. A line that finds both buffers taken waits (back-pressure, no
-// line lost).
+// TestLinesDoNotWaitForASlowWrite: a line that fills the buffer does
+// not write the batch itself (a pipe whose reader is slow would hold it);
+// while the batch is on its way, lines go into the second buffer and
+// their writers return; a line that finds both buffers taken is dropped
+// and counted, its writer not waiting either; a flush asked for meanwhile
+// (a warning's) is done after the batch, and what was not dropped arrives
+// whole and in order.
 func TestLinesDoNotWaitForASlowWrite(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	under := &blockingWriter{entered: make(chan struct{}), release: make(chan struct{})}
 	w := New(under, 16, time.Hour)
-	w.Write([]byte("0123456789\n"))
-	flushed := make(chan error, 1)
-	go func() { flushed <- w.Flush() }()
-	<-under.entered // the first batch is being written, and blocks
-
-	wrote := make(chan struct{})
+	returned := make(chan struct{})
 	go func() {
+		w.Write([]byte("0123456789\n"))
 		w.Write([]byte("abc\n"))
-		w.Write([]byte("def\n"))
-		close(wrote)
+		w.Write([]byte("def\n")) // does not fit: the first batch's write starts
+		w.Write([]byte("ghijkl\n"))
+		w.Write([]byte("mnopqrstu\n")) // both buffers taken: dropped
+		w.Flush()                      // asks for the second buffer after the first
+		close(returned)
 	}()
 	select {
-	case <-wrote:
+	case <-returned:
 	case <-time.After(10 * time.Second):
-		t.Fatal("a line waited for the write of an earlier batch")
+		t.Fatal("a line or a flush waited for the write of an earlier batch")
 	}
-	// A line that does not fit the second buffer waits for the first write.
-	overflow := make(chan struct{})
-	go func() {
-		w.Write([]byte("ghijklmnop\n"))
-		close(overflow)
-	}()
-	select {
-	case <-overflow:
-		t.Fatal("a line that found both buffers taken did not wait")
-	case <-time.After(50 * time.Millisecond):
+	<-under.entered // the first batch is being written, and blocks
+	if w.Dropped() != 1 {
+		t.Fatalf("%d lines dropped, want 1", w.Dropped())
 	}
 	close(under.release)
-	<-overflow
-	if err := <-flushed; err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	if got, _ := under.all(); got != "0123456789\nabc\ndef\nghijklmnop\n" {
+	waitIdle(w)
+	if got, _ := under.all(); got != "0123456789\nabc\ndef\nghijkl\n" {
 		t.Fatalf("wrote %q", got)
 	}
+	w.Close()
+}
+
+// TestReportDrops: lines dropped are reported as a warning with their
+// count, once per interval in which there were some.
+func TestReportDrops(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	under := &blockingWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	w := New(under, 8, time.Hour)
+	w.Write([]byte("abcdef\n"))
+	w.Write([]byte("ghijkl\n")) // the first batch's write starts, and blocks
+	<-under.entered
+	w.Write([]byte("mnopqr\n")) // dropped
+	w.Write([]byte("stuvwx\n")) // dropped
+
+	var logged countingWriter
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	reg := prometheus.NewRegistry()
+	go func() {
+		ReportDrops(ctx, w, ReportOptions{Log: slog.New(slog.NewJSONHandler(&logged, nil)), Registerer: reg, Every: 5 * time.Millisecond})
+		close(done)
+	}()
+	testkit.Eventually(t, 10*time.Second, "the drops reported", func() bool { _, n := logged.all(); return n > 0 })
+	time.Sleep(30 * time.Millisecond) // intervals without drops: no more warnings
+	cancel()
+	<-done
+	if got, n := logged.all(); n != 1 || !strings.Contains(got, `"level":"WARN"`) || !strings.Contains(got, `"dropped":2,"dropped_total":2`) {
+		t.Fatalf("%d warnings %q, want one saying 2 lines were dropped", n, got)
+	}
+	if n, err := testkit.FindMetric(reg, "tether_log_lines_dropped_total"); err != nil || n != 2 {
+		t.Fatalf("tether_log_lines_dropped_total = %v, %v; want 2", n, err)
+	}
+	close(under.release)
+	w.Close()
 }

@@ -59,6 +59,11 @@ type Options struct {
 	// lets it go on: how each proxy comes back from the backlog (README
 	// "Falling behind, and coming back"). Direct is not paused.
 	Pause time.Duration
+	// LogReaderPause, if set, gives each measured tether sidecar a log
+	// reader that falls behind: its stderr is a pipe the bench drains
+	// only every LogReaderPause (procs.Sidecar.StderrPause), where it is
+	// a file otherwise.
+	LogReaderPause time.Duration
 	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
 	BaselineBinary string
 	// Reversed measures the proxies in the opposite order: `bench hop

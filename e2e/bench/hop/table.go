@@ -51,8 +51,12 @@ func (r *Results) Setup() string {
 	if o.CloseEvery > 0 {
 		conns = fmt.Sprintf("keep-alive, every %d-th request closing its connection once answered (-close-every)", o.CloseEvery)
 	}
-	return fmt.Sprintf("%d modelsim backends in one process (no artificial latency, no request log), %d sessions (X-Session-ID)%s, %s; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte; streamed responses are %d SSE events",
-		o.Backends, o.Sessions, fields, conns, o.Duration, o.Warmup, StreamEvents)
+	logTo := ""
+	if o.LogReaderPause > 0 {
+		logTo = fmt.Sprintf("; tether's log to a pipe drained every %v (-log-reader-pause)", o.LogReaderPause)
+	}
+	return fmt.Sprintf("%d modelsim backends in one process (no artificial latency, no request log), %d sessions (X-Session-ID)%s, %s; each point %v measured after %v warm-up; latency from the scheduled send time to the response's last byte; streamed responses are %d SSE events%s",
+		o.Backends, o.Sessions, fields, conns, o.Duration, o.Warmup, StreamEvents, logTo)
 }
 
 // Tables returns one table per mode and rate, with ratios to HAProxy's

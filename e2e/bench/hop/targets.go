@@ -133,7 +133,7 @@ func startTarget(o *Options, name string, backends []string) (*target, error) {
 	t := &target{name: name}
 	var first *procs.Running
 	side := func(s procs.Sidecar) (err error) {
-		s.Backends, s.Env = backends, o.goEnv(true)
+		s.Backends, s.Env, s.StderrPause = backends, o.goEnv(true), o.LogReaderPause
 		if first, err = env.Sidecar(s); err != nil {
 			return err
 		}

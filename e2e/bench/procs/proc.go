@@ -57,6 +57,12 @@ func (e *Env) Start(name, path string, args ...string) (*Process, error) {
 
 // StartEnv is Start with env added to this process's environment.
 func (e *Env) StartEnv(name, path string, env []string, args ...string) (*Process, error) {
+	return e.start(name, path, env, 0, args...)
+}
+
+// start is StartEnv; with stderrPause set, the process's standard error
+// is a pipe that a slow reader drains (slowReader) into its log.
+func (e *Env) start(name, path string, env []string, stderrPause time.Duration, args ...string) (*Process, error) {
 	logPath := filepath.Join(e.Dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -65,17 +71,73 @@ func (e *Env) StartEnv(name, path string, env []string, args ...string) (*Proces
 	defer f.Close()
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	var pr, pw *os.File
+	if stderrPause > 0 {
+		if pr, pw, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		defer pw.Close() // the child's copy keeps it open
+		cmd.Stderr = pw  // passed as a blocking descriptor, as a container runtime's pipe
+	}
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		if pr != nil {
+			pr.Close()
+		}
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
+	drained := make(chan struct{})
+	if pr != nil {
+		lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			pr.Close()
+			lf = nil
+		}
+		go func() {
+			defer close(drained)
+			if lf != nil {
+				slowReader(pr, lf, stderrPause)
+				lf.Close()
+			}
+			pr.Close()
+		}()
+	} else {
+		close(drained)
+	}
+	go func() { p.err = cmd.Wait(); <-drained; close(p.done) }()
 	e.mu.Lock()
 	e.procs = append(e.procs, p)
 	e.mu.Unlock()
 	return p, nil
+}
+
+// slowReader copies r to w in bursts until r ends: it waits pause, then
+// takes all that r holds at once, as a log reader that falls behind now
+// and then (a container runtime's copying a pipe to a file on a busy
+// node). A pipe holds 64 KiB: a writer of more than that per pause finds
+// it full.
+func slowReader(r, w *os.File, pause time.Duration) {
+	raw, err := r.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 256<<10)
+	for ended := false; !ended; {
+		time.Sleep(pause)
+		_ = raw.Read(func(fd uintptr) bool {
+			for {
+				n, err := syscall.Read(int(fd), buf)
+				if n > 0 {
+					w.Write(buf[:n])
+					continue
+				}
+				ended = err != syscall.EAGAIN && err != syscall.EINTR
+				return true // never wait here: the pause is the wait
+			}
+		})
+	}
 }
 
 // Pid of the process (and its process group).

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Sidecar describes one tether-sidecar process with one pool, "bench",
@@ -28,6 +29,9 @@ type Sidecar struct {
 	Env []string
 	// Binary is the tether-sidecar to run; empty: the env's bin directory's.
 	Binary string
+	// StderrPause, if set, makes the sidecar's stderr (its log) a pipe
+	// read in bursts this far apart (slowReader), instead of a file.
+	StderrPause time.Duration
 }
 
 // Running is a started sidecar.
@@ -97,7 +101,7 @@ pools:
 	if bin == "" {
 		bin = filepath.Join(e.Bin, "tether-sidecar")
 	}
-	if r.Process, err = e.StartEnv(s.Name, bin, s.Env, args...); err != nil {
+	if r.Process, err = e.start(s.Name, bin, s.Env, s.StderrPause, args...); err != nil {
 		return nil, err
 	}
 	return r, r.WaitHTTP("http://"+r.Admin+"/readyz", startTimeout)
