@@ -32,6 +32,7 @@ type hopFlags struct {
 	pause                 time.Duration // bench hop -pause (the same)
 	closeEvery            int           // bench hop -close-every (the same)
 	logReaderPause        time.Duration // bench hop -log-reader-pause (the same)
+	promptBytes           int           // bench hop -prompt-bytes (the same)
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
@@ -104,6 +105,10 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 		return o, fmt.Errorf("-log-reader-pause: %v, want 0 (the log to a file) or more", h.logReaderPause)
 	}
 	o.LogReaderPause = h.logReaderPause
+	if h.promptBytes < 0 {
+		return o, fmt.Errorf("-prompt-bytes: %d, want 0 (the small body) or more", h.promptBytes)
+	}
+	o.PromptBytes = h.promptBytes
 	return o, nil
 }
 
@@ -117,6 +122,7 @@ func hopMain(ctx context.Context, args []string) error {
 	fs.BoolVar(&h.threads, "threads", false, "a table of the time each tether sidecar ran on one thread and on its full count, and its changes, during each point (README \"Threads\"; the counters are read on the sidecar's admin listener as the point begins and ends)")
 	fs.DurationVar(&h.pause, "pause", 0, "if set, stop each proxy (SIGSTOP) for this long a fifth into every point's measured part, then let it go on: how it comes back from the backlog (docs/hop-cost.md \"Falling behind, and coming back\"); direct is not paused")
 	fs.IntVar(&h.closeEvery, "close-every", 0, "if set, every Nth request closes its connection once answered, as a client that ends its conversation does, and the next request opens a new one: each proxy then accepts, and sees hang up, rate/N connections a second (0: every connection is kept)")
+	fs.IntVar(&h.promptBytes, "prompt-bytes", 0, "if set, each request's body is padded to this many bytes, as a later turn's prompt holding the conversation so far (a 10-turn chat: tens of KiB; a long context: hundreds); 0: a body of about 130 bytes")
 	fs.DurationVar(&h.logReaderPause, "log-reader-pause", 0, "if set, each tether sidecar's stderr (its log) is a pipe the bench drains only every this long, taking all it holds at once, as a log reader that falls behind now and then: a sidecar logging more than the pipe's 64 KiB per pause finds it full (docs/hop-cost.md \"A log reader that falls behind\"); 0: a file")
 	fs.DurationVar(&h.stalls, "stalls", 0, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (docs/hop-cost.md \"Where the tail comes from\")")
 	_ = fs.Parse(args)

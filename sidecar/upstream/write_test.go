@@ -91,7 +91,67 @@ func FuzzWriteRequest(f *testing.F) {
 		if len(wrote) != 1 || !errors.Is(wrote[0], ferr) {
 			t.Fatalf("WroteRequest calls %v, want one with %v", wrote, ferr)
 		}
+		// The same body held whole, as the proxy's is (writeBody's one
+		// write): the same bytes, the same error.
+		if c, _, _ := fuzzRequest(method, host, target, k1, v1, k2, v2, ua, uaSet, body, declared, bodyNil); c.Body != nil {
+			c.Body = &heldReader{*bytes.NewReader([]byte(body))}
+			held, _, herr := viaFast(c, nil)
+			if held != fast || (herr == nil) != (ferr == nil) || herr != nil && herr.Error() != ferr.Error() {
+				t.Fatalf("a body held whole: wrote\n%q (%v)\nwhere one read in parts wrote\n%q (%v)", held, herr, fast, ferr)
+			}
+		}
 	})
+}
+
+// heldReader is a body held whole, as the proxy's (a bytes.Reader).
+type heldReader struct{ bytes.Reader }
+
+func (*heldReader) Close() error { return nil }
+
+// writeCounter counts the writes it is given.
+type writeCounter struct {
+	n     int
+	bytes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.n++
+	w.bytes += len(p)
+	return len(p), nil
+}
+
+// TestAHeldBodyGoesInOneWrite: a body of 256 KiB the proxy holds whole
+// reaches the connection in two writes (the head with the body's first
+// bytes, then the rest), where a body read in parts takes one per
+// buffer (64).
+func TestAHeldBodyGoesInOneWrite(t *testing.T) {
+	prompt := bytes.Repeat([]byte("x"), 256<<10)
+	for _, c := range []struct {
+		name string
+		body io.ReadCloser
+		max  int
+	}{
+		{"held whole", &heldReader{*bytes.NewReader(prompt)}, 2},
+		{"read in parts", io.NopCloser(bytes.NewBuffer(prompt)), 1 << 10},
+	} {
+		req, err := http.NewRequest("POST", "http://10.0.0.1:8000/v1/chat/completions", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Body, req.ContentLength = c.body, int64(len(prompt))
+		var w writeCounter
+		bw := bufio.NewWriterSize(&w, 4096)
+		if handled, err := writeRequest(bw, req, nil, nil, false); !handled || err != nil {
+			t.Fatalf("%s: handled %v, %v", c.name, handled, err)
+		}
+		bw.Flush()
+		if w.n > c.max || w.bytes < len(prompt) {
+			t.Errorf("%s: %d bytes in %d writes, want at most %d", c.name, w.bytes, w.n, c.max)
+		}
+		if c.max > 2 && w.n <= 2 {
+			t.Errorf("%s: %d writes: the test no longer tells the two apart", c.name, w.n)
+		}
+	}
 }
 
 // FuzzWriteRequestFields: a request written with listed fields is the

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,13 +86,24 @@ func HeaderLines(headers string) (string, error) {
 	return "", fmt.Errorf("headers %q (want %s or %s)", headers, HeadersPlain, HeadersSDK)
 }
 
-func newClient(t *target, backends []string, sessions int, mode Mode, extra string) *client {
+// promptFiller pads a request's prompt to Options.PromptBytes, as the
+// conversation so far does in a later turn.
+const promptFiller = " and then, earlier in the conversation, more of what was said"
+
+// newClient makes the sessions' requests: each body a chat completion of
+// promptBytes bytes at least (0: the small one).
+func newClient(t *target, backends []string, sessions int, mode Mode, extra string, promptBytes int) *client {
 	c := &client{stream: mode == Streaming}
 	tokens := 8
 	if c.stream {
 		tokens = StreamEvents
 	}
-	body := fmt.Appendf(nil, `{"model":"modelsim","stream":%t,"max_tokens":%d,"messages":[{"role":"user","content":"how far is the moon from the earth"}]}`, c.stream, tokens)
+	content := "how far is the moon from the earth"
+	body := fmt.Appendf(nil, `{"model":"modelsim","stream":%t,"max_tokens":%d,"messages":[{"role":"user","content":"%s"}]}`, c.stream, tokens, content)
+	if pad := promptBytes - len(body); pad > 0 {
+		content += strings.Repeat(promptFiller, pad/len(promptFiller)+1)[:pad]
+		body = fmt.Appendf(nil, `{"model":"modelsim","stream":%t,"max_tokens":%d,"messages":[{"role":"user","content":"%s"}]}`, c.stream, tokens, content)
+	}
 	pools := map[string]*pool{}
 	for i := range sessions {
 		s := fmt.Sprintf("hop-%06d", i)

@@ -3,6 +3,7 @@ package hop
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -60,9 +61,9 @@ func TestClientReusesConnectionsAndReadsWholeAnswers(t *testing.T) {
 	for _, mode := range []Mode{NonStreaming, Streaming} {
 		b := newBackend(t)
 		// As a proxy's target, and as direct (the client picks the backend).
-		c := newClient(&target{name: "proxy", url: b.URL}, nil, 10, mode, "")
+		c := newClient(&target{name: "proxy", url: b.URL}, nil, 10, mode, "", 0)
 		if mode == Streaming {
-			c = newClient(&target{name: "direct"}, []string{b.Listener.Addr().String()}, 10, mode, "")
+			c = newClient(&target{name: "direct"}, []string{b.Listener.Addr().String()}, 10, mode, "", 0)
 		}
 		for i := range 30 {
 			if err := c.do(t.Context(), i); err != nil {
@@ -80,7 +81,7 @@ func TestClientReusesConnectionsAndReadsWholeAnswers(t *testing.T) {
 // once answered, and the next one opens a new one.
 func TestClientClosesEveryNthConnection(t *testing.T) {
 	b := newBackend(t)
-	c := newClient(&target{name: "proxy", url: b.URL}, nil, 10, NonStreaming, "")
+	c := newClient(&target{name: "proxy", url: b.URL}, nil, 10, NonStreaming, "", 0)
 	c.closeEvery = 4
 	for i := range 30 {
 		if err := c.do(t.Context(), i); err != nil {
@@ -98,7 +99,7 @@ func TestClientClosesEveryNthConnection(t *testing.T) {
 // A server that closed an idle connection costs a new one, not an error.
 func TestClientRetriesOnAConnectionClosedIdle(t *testing.T) {
 	b := newBackend(t)
-	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming, "")
+	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming, "", 0)
 	defer c.close()
 	if err := c.do(t.Context(), 0); err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestClientRetriesOnAConnectionClosedIdle(t *testing.T) {
 func TestClientCountsBadAnswersAsErrors(t *testing.T) {
 	b := newBackend(t)
 	b.status = http.StatusServiceUnavailable
-	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming, "")
+	c := newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, NonStreaming, "", 0)
 	if err := c.do(t.Context(), 0); err == nil || !strings.Contains(err.Error(), "status 503") {
 		t.Errorf("a 503: err = %v", err)
 	}
@@ -123,7 +124,7 @@ func TestClientCountsBadAnswersAsErrors(t *testing.T) {
 
 	b = newBackend(t)
 	b.noDone = true
-	c = newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, Streaming, "")
+	c = newClient(&target{name: "proxy", url: b.URL}, []string{b.Listener.Addr().String()}, 1, Streaming, "", 0)
 	if err := c.do(t.Context(), 0); err == nil || !strings.Contains(err.Error(), "[DONE]") {
 		t.Errorf("a stream without [DONE]: err = %v", err)
 	}
@@ -137,7 +138,7 @@ func TestSDKHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(&target{name: "proxy", url: "http://127.0.0.1:1"}, nil, 2, NonStreaming, extra)
+	c := newClient(&target{name: "proxy", url: "http://127.0.0.1:1"}, nil, 2, NonStreaming, extra, 0)
 	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(c.sessions[1].req)))
 	if err != nil {
 		t.Fatal(err)
@@ -148,5 +149,26 @@ func TestSDKHeaders(t *testing.T) {
 	}
 	if _, err := HeaderLines("other"); err == nil {
 		t.Fatal("an unknown set of fields taken")
+	}
+}
+
+// TestPromptBytesPadsTheBody: -prompt-bytes makes each body that long,
+// still a chat completion whose one message holds the padding.
+func TestPromptBytesPadsTheBody(t *testing.T) {
+	for _, n := range []int{0, 200, 32 << 10, 256 << 10} {
+		c := newClient(&target{name: "proxy", url: "http://127.0.0.1:1"}, nil, 2, NonStreaming, "", n)
+		_, body, _ := bytes.Cut(c.sessions[0].req, []byte("\r\n\r\n"))
+		var req struct {
+			Messages []struct{ Content string } `json:"messages"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) != 1 {
+			t.Fatalf("-prompt-bytes %d: %v, %d messages", n, err, len(req.Messages))
+		}
+		if n > 0 && len(body) != n || n == 0 && len(body) > 200 {
+			t.Errorf("-prompt-bytes %d: a body of %d bytes", n, len(body))
+		}
+		if !bytes.Contains(c.sessions[0].req, fmt.Appendf(nil, "Content-Length: %d\r\n", len(body))) {
+			t.Errorf("-prompt-bytes %d: the Content-Length is not the body's", n)
+		}
 	}
 }

@@ -31,8 +31,12 @@ type Options struct {
 	// connection once answered (a client ending its conversation); the
 	// next request on that address opens a new one.
 	CloseEvery int
-	Warmup     time.Duration
-	Duration   time.Duration
+	// PromptBytes, if set, pads each request's body to this many bytes
+	// (a later turn's prompt, the conversation so far); unset, the body
+	// is about 130 bytes.
+	PromptBytes int
+	Warmup      time.Duration
+	Duration    time.Duration
 	// MaxRate searches the highest rate each proxy sustains with the
 	// p99 added over direct's < P99Limit, no errors and the offered rate
 	// completed.
@@ -279,7 +283,7 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 	if err != nil {
 		return nil, err
 	}
-	c := newClient(t, backends, o.Sessions, mode, extra)
+	c := newClient(t, backends, o.Sessions, mode, extra, o.PromptBytes)
 	c.closeEvery = o.CloseEvery
 	defer c.close()
 	var cpu0, aux0 procs.Usage

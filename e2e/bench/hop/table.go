@@ -51,6 +51,9 @@ func (r *Results) Setup() string {
 	if o.CloseEvery > 0 {
 		conns = fmt.Sprintf("keep-alive, every %d-th request closing its connection once answered (-close-every)", o.CloseEvery)
 	}
+	if o.PromptBytes > 0 {
+		fields += fmt.Sprintf(", bodies of %d bytes (-prompt-bytes)", o.PromptBytes)
+	}
 	logTo := ""
 	if o.LogReaderPause > 0 {
 		logTo = fmt.Sprintf("; tether's log to a pipe drained every %v (-log-reader-pause)", o.LogReaderPause)
