@@ -101,6 +101,7 @@ func allMain(ctx context.Context, args []string) error {
 
 	bar := progress.New()
 	planHop(bar, ho)
+	planConditions(bar, h)
 	bar.Plan(so.Runs(), so.Workload.Ramp+40*time.Second)
 	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*10+2*time.Second)
 	bar.Plan(1, time.Duration(slices.Max(sco.Sizes)/100)*time.Microsecond*40+3*time.Second)
@@ -130,6 +131,9 @@ func allMain(ctx context.Context, args []string) error {
 	var aff []*affinity.Result
 	var affStarted time.Time
 	if in.Hop, err = hop.Run(ctx, ho); err == nil {
+		in.Conditions, err = runConditions(ctx, env, h, bar.Step)
+	}
+	if err == nil {
 		in.StickyOpts = so
 		if in.Sticky, in.Sweep, err = sticky.Run(ctx, so); err == nil {
 			if in.Scale, err = scale.Run(ctx, sco); err == nil && ao != nil {
@@ -200,6 +204,14 @@ func sanity(in *report.Input) error {
 	for _, p := range in.Hop.Points {
 		if p.Rate == lowest[p.Mode] && p.Res.Errors > p.Res.Sent/20 {
 			errs = append(errs, fmt.Errorf("hop %s %s at %.0f/s: %d of %d requests failed (first: %v)", p.Proxy, p.Mode, p.Rate, p.Res.Errors, p.Res.Sent, p.Res.FirstErr))
+		}
+	}
+	// A condition's one point is at a rate every proxy carries.
+	for _, c := range in.Conditions {
+		for _, p := range c.Hop.Points {
+			if p.Res.Errors > p.Res.Sent/20 {
+				errs = append(errs, fmt.Errorf("hop, %s: %s at %.0f/s: %d of %d requests failed (first: %v)", c.Name, p.Proxy, p.Rate, p.Res.Errors, p.Res.Sent, p.Res.FirstErr))
+			}
 		}
 	}
 	for _, r := range append(slices.Clone(in.Sticky), in.Sweep...) {

@@ -187,6 +187,16 @@ func parseRates(flag, list string) ([]float64, error) {
 
 // String is the flags that reproduce these parameters.
 func (h *hopFlags) String() string {
-	return fmt.Sprintf("-proxies %s -modes %s -rates %s -stream-rates %s -duration %v -warmup %v -max-rate=%t -probe %v -sessions %d -hop-backends %d",
+	s := fmt.Sprintf("-proxies %s -modes %s -rates %s -stream-rates %s -duration %v -warmup %v -max-rate=%t -probe %v -sessions %d -hop-backends %d",
 		h.proxies, h.modes, h.rates, h.streamRates, h.duration, h.warmup, h.maxRate, h.probe, h.sessions, h.backends)
+	if h.closeEvery > 0 {
+		s += fmt.Sprintf(" -close-every %d", h.closeEvery)
+	}
+	if h.logReaderPause > 0 {
+		s += fmt.Sprintf(" -log-reader-pause %v", h.logReaderPause)
+	}
+	if h.promptBytes > 0 {
+		s += fmt.Sprintf(" -prompt-bytes %d", h.promptBytes)
+	}
+	return s
 }

@@ -18,16 +18,27 @@ import (
 	"github.com/tetherproxy/tether/e2e/bench/table"
 )
 
+// Condition is one condition's hop points and the command that
+// repeats them.
+type Condition struct {
+	Name, Cmd string
+	Hop       *hop.Results
+}
+
 // Input is one run's results and how it was made.
 type Input struct {
-	Command    string // the whole run, as typed
-	HopCmd     string // the command that reproduces each section alone
-	StickyCmd  string
-	ScaleCmd   string
-	Started    time.Time
-	Took       time.Duration
-	Machine    string
-	Hop        *hop.Results
+	Command   string // the whole run, as typed
+	HopCmd    string // the command that reproduces each section alone
+	StickyCmd string
+	ScaleCmd  string
+	Started   time.Time
+	Took      time.Duration
+	Machine   string
+	Hop       *hop.Results
+	// Conditions are section 1's points under conditions its steady
+	// points do not make (clients closing connections, a slow log
+	// reader, long prompts).
+	Conditions []Condition
 	StickyOpts sticky.Options
 	Sticky     []*sticky.Result
 	Sweep      []*sticky.Result
