@@ -72,7 +72,7 @@ func run() error {
 	// Batched: one write(2) per request costs more CPU than the request.
 	// Stderr on Go's poller when a pipe, so a slow log reader parks the
 	// writer instead of holding a thread (package logsink).
-	sink, _ := logsink.Stderr()
+	sink := logsink.Stderr()
 	if sink != os.Stderr {
 		defer sink.Close()
 	}

@@ -23,13 +23,13 @@ package logsink
 import "os"
 
 // Stderr returns the writer for the sidecar's log: standard error
-// opened anew on Go's poller when it is a pipe (pollable is then true),
-// else os.Stderr itself (a file, which must keep its own offset and
-// O_APPEND, or a terminal, /dev/null, a socket; or /proc not mounted).
-// The caller closes the file when it is not os.Stderr.
-func Stderr() (f *os.File, pollable bool) {
+// opened anew on Go's poller when it is a pipe, else os.Stderr itself (a
+// file, which must keep its own offset and O_APPEND, or a terminal,
+// /dev/null, a socket; or /proc not mounted). The caller closes the file
+// when it is not os.Stderr.
+func Stderr() *os.File {
 	if p, ok := reopenPipe(2); ok {
-		return p, true
+		return p
 	}
-	return os.Stderr, false
+	return os.Stderr
 }

@@ -71,9 +71,13 @@ func (e *Env) start(name, path string, env []string, stderrPause time.Duration, 
 	defer f.Close()
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	var pr, pw *os.File
+	var pr, pw, lf *os.File // the pipe, and the log the reader appends to
 	if stderrPause > 0 {
+		if lf, err = os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+			return nil, err
+		}
 		if pr, pw, err = os.Pipe(); err != nil {
+			lf.Close()
 			return nil, err
 		}
 		defer pw.Close() // the child's copy keeps it open
@@ -84,23 +88,17 @@ func (e *Env) start(name, path string, env []string, stderrPause time.Duration, 
 	if err := cmd.Start(); err != nil {
 		if pr != nil {
 			pr.Close()
+			lf.Close()
 		}
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
 	drained := make(chan struct{})
 	if pr != nil {
-		lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			pr.Close()
-			lf = nil
-		}
 		go func() {
 			defer close(drained)
-			if lf != nil {
-				slowReader(pr, lf, stderrPause)
-				lf.Close()
-			}
+			slowReader(pr, lf, stderrPause)
+			lf.Close()
 			pr.Close()
 		}()
 	} else {
