@@ -10,7 +10,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -30,7 +29,7 @@ func registrations() []uint64 {
 // goroutinesIn counts the goroutines with fn on their stacks.
 func goroutinesIn(fn string) int {
 	n := 0
-	for _, g := range goroutineStacks() {
+	for _, g := range testkit.GoroutineStacks() {
 		if bytes.Contains(g, []byte(fn)) {
 			n++
 		}
@@ -124,33 +123,9 @@ func TestAHangUpIsNoticedAtOnceOnThePoller(t *testing.T) {
 		t.Fatalf("the request's context ended with %v, want context.Canceled", err)
 	}
 	testkit.Eventually(t, 5*time.Second, "the poller's goroutine waiting for IO", func() error {
-		if state := goroutineState("downstream.(*poller).loop"); state != "IO wait" {
+		if state := testkit.GoroutineState("downstream.(*poller).loop"); state != "IO wait" {
 			return fmt.Errorf("its state is %q", state)
 		}
 		return nil
 	})
-}
-
-// goroutineState is the state of the goroutine whose stack has fn, as
-// the runtime prints it ("IO wait", "syscall", "running" …; minutes
-// waited left off), or "" if there is none.
-func goroutineState(fn string) string {
-	for _, g := range goroutineStacks() {
-		if !bytes.Contains(g, []byte(fn)) {
-			continue
-		}
-		_, rest, _ := bytes.Cut(g, []byte(" ["))
-		state, _, _ := bytes.Cut(rest, []byte("]"))
-		state, _, _ = bytes.Cut(state, []byte(","))
-		return string(state)
-	}
-	return ""
-}
-
-// goroutineStacks is every goroutine's stack as the runtime prints them,
-// one each.
-func goroutineStacks() [][]byte {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	return bytes.Split(buf, []byte("\n\n"))
 }

@@ -7,11 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/testkit"
 )
 
 // statusFlags is f's open file description's flags (fcntl F_GETFL),
@@ -32,34 +33,21 @@ func statusFlags(t *testing.T, f *os.File) int {
 	return int(flags)
 }
 
-// blockingPipe is a pipe whose write end is blocking, as the standard
-// error a container runtime gives a process; wfd is its descriptor.
-func blockingPipe(t *testing.T) (r, w *os.File, wfd int) {
+// reopenedPipe is a pipe whose write end w is blocking, as the standard
+// error a container runtime gives a process, and p that end opened anew.
+func reopenedPipe(t *testing.T) (r, w, p *os.File) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close(); w.Close() })
-	wfd = int(w.Fd()) // Fd sets it blocking
-	return r, w, wfd
-}
-
-// goroutineState is the state the runtime prints for the goroutine
-// whose stack holds fn ("IO wait", "syscall", "running" …), "" if none.
-func goroutineState(fn string) string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if !bytes.Contains(g, []byte(fn)) {
-			continue
-		}
-		_, rest, _ := bytes.Cut(g, []byte(" ["))
-		state, _, _ := bytes.Cut(rest, []byte("]"))
-		state, _, _ = bytes.Cut(state, []byte(","))
-		return string(state)
+	p, ok := reopenPipe(int(w.Fd())) // Fd sets it blocking
+	if !ok {
+		t.Fatal("a pipe was not reopened")
 	}
-	return ""
+	t.Cleanup(func() { p.Close() })
+	return r, w, p
 }
 
 // TestAFullPipeParksTheWriter: the pipe opened anew is non-blocking (and
@@ -68,12 +56,7 @@ func goroutineState(fn string) string {
 // call ("syscall"), where it would hold its P; what it wrote arrives
 // whole and in order once read.
 func TestAFullPipeParksTheWriter(t *testing.T) {
-	r, w, wfd := blockingPipe(t)
-	p, ok := reopenPipe(wfd)
-	if !ok {
-		t.Fatal("a pipe was not reopened")
-	}
-	defer p.Close()
+	r, w, p := reopenedPipe(t)
 	if statusFlags(t, p)&syscall.O_NONBLOCK == 0 {
 		t.Fatal("the pipe opened anew is blocking")
 	}
@@ -86,7 +69,7 @@ func TestAFullPipeParksTheWriter(t *testing.T) {
 	go func() { wrote <- writeAll(p, want) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		state := goroutineState("logsink.writeAll")
+		state := testkit.GoroutineState("logsink.writeAll")
 		if state == "IO wait" {
 			break
 		}
@@ -94,7 +77,7 @@ func TestAFullPipeParksTheWriter(t *testing.T) {
 			// A moment in write(2) is every write's; staying there is the
 			// blocking write this package exists to avoid.
 			time.Sleep(100 * time.Millisecond)
-			if goroutineState("logsink.writeAll") == "syscall" {
+			if testkit.GoroutineState("logsink.writeAll") == "syscall" {
 				t.Fatal("the writer of a full pipe waits in the system call, holding its P")
 			}
 		}
@@ -127,12 +110,7 @@ func writeAll(f *os.File, b []byte) error {
 // 2; and a named pipe with no reader left is not reopened, the open
 // neither waiting for a reader nor hanging.
 func TestAGoneReaderIsAnError(t *testing.T) {
-	r, _, wfd := blockingPipe(t)
-	p, ok := reopenPipe(wfd)
-	if !ok {
-		t.Fatal("a pipe was not reopened")
-	}
-	defer p.Close()
+	r, _, p := reopenedPipe(t)
 	r.Close()
 	if _, err := p.Write([]byte("line\n")); !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("a write with the reader gone: %v, want EPIPE", err)

@@ -23,19 +23,7 @@ func stderrLines() []byte {
 // in bursts (the sidecars' with bench hop -log-reader-pause) has all it
 // wrote in its log, in order, once it has ended.
 func TestSlowStderrArrivesWhole(t *testing.T) {
-	e, err := NewEnv(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.start("stderr", self, []string{burnEnv + "=stderr"}, 20*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startChild(t, "stderr", "stderr", 20*time.Millisecond)
 	select {
 	case <-p.Done():
 	case <-time.After(30 * time.Second):

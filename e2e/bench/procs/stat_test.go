@@ -76,19 +76,7 @@ func TestMain(m *testing.M) {
 // in 10 ms ticks); PeakRSS is the end's.
 func burnt(t *testing.T, how string) Usage {
 	t.Helper()
-	e, err := NewEnv(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.StartEnv("burn-"+how, self, []string{burnEnv + "=" + how})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startChild(t, "burn-"+how, how, 0)
 	spent := func(d time.Duration) Usage {
 		var u Usage
 		testkit.Eventually(t, 20*time.Second, "the "+how+" child's burn", func() error {
@@ -114,4 +102,24 @@ func TestUsageSplitsUserSpaceAndKernel(t *testing.T) {
 	if user.PeakRSS <= 0 || kernel.PeakRSS < 1<<20 {
 		t.Errorf("peak RSS %d and %d bytes, want some, and the populated megabyte's in the second", user.PeakRSS, kernel.PeakRSS)
 	}
+}
+
+// startChild runs this test binary as a child doing what burnEnv=how
+// says, its stderr a pipe drained every stderrPause when set.
+func startChild(t *testing.T, name, how string, stderrPause time.Duration) *Process {
+	t.Helper()
+	e, err := NewEnv(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.start(name, self, []string{burnEnv + "=" + how}, stderrPause)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
