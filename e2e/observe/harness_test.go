@@ -36,6 +36,7 @@ import (
 	"github.com/tetherproxy/tether/injector/app"
 	"github.com/tetherproxy/tether/injector/certs"
 	"github.com/tetherproxy/tether/sidecar/config"
+	"github.com/tetherproxy/tether/sidecar/logbuf"
 	"github.com/tetherproxy/tether/sidecar/server"
 	"github.com/tetherproxy/tether/sidecar/store/redisstore/redistest"
 	"github.com/tetherproxy/tether/sidecar/testkit"
@@ -169,6 +170,13 @@ func startSidecar(t *testing.T, pod string, kube *fake.Clientset, doc string) *s
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	// As main: the log's dropped lines exported (its writer discards).
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		logbuf.ReportDrops(ctx, logbuf.New(io.Discard, 64<<10, 100*time.Millisecond), logbuf.ReportOptions{Log: log, Registerer: srv.Registry(), Every: 10 * time.Second})
+	}()
+	t.Cleanup(func() { cancel(); <-reported }) // before the cleanup above: the last added runs first
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -52,7 +52,7 @@ func TestPromtoolCheckRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "SUCCESS: 6 rules found") {
+	if !strings.Contains(string(out), fmt.Sprintf("SUCCESS: %d rules found", alertRules)) {
 		t.Errorf("promtool check rules:\n%s", out)
 	}
 }
@@ -397,8 +397,8 @@ func (p *prom) rulesHealthy() error {
 			}
 		}
 	}
-	if n != 6 {
-		return fmt.Errorf("%d rules loaded, want 6", n)
+	if n != alertRules {
+		return fmt.Errorf("%d rules loaded, want %d", n, alertRules)
 	}
 	return nil
 }
