@@ -192,14 +192,16 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 	if declared >= 0 {
 		first = min(first, declared+1) // +1: room to see EOF without growing
 	}
-	buf := make([]byte, 0, min(first, limit+1))
+	buf := bodyBuffer(int(min(first, limit+1)))
 	for {
 		if len(buf) == cap(buf) {
 			grow := int64(2 * cap(buf))
 			if declared > int64(len(buf)) {
 				grow = min(grow, declared+1)
 			}
-			buf = append(make([]byte, 0, max(grow, 512)), buf...)
+			next := append(bodyBuffer(int(max(grow, 512))), buf...)
+			outgrown(buf) // its bytes are next's now (bodybuf.go)
+			buf = next
 		}
 		if rc != nil {
 			// ErrNotSupported (a writer that hides the connection) leaves
