@@ -150,11 +150,10 @@ func (b *Writer) drain(held []byte) {
 }
 
 // Flush starts writing what the Writer holds, or asks the write on its
-// way to write it next; it does not wait for the write.
-func (b *Writer) Flush() error {
+// way to write it next; it does not wait for the write (Close does).
+func (b *Writer) Flush() {
 	b.mu.Lock()
 	b.flushLocked(false)
-	return nil
 }
 
 // flushTimed is the timer's flush, written on the timer's goroutine.
@@ -250,9 +249,7 @@ type flushing struct {
 func (f *flushing) Handle(ctx context.Context, r slog.Record) error {
 	err := f.Handler.Handle(ctx, r)
 	if r.Level >= f.at {
-		if ferr := f.w.Flush(); err == nil {
-			err = ferr
-		}
+		f.w.Flush()
 	}
 	return err
 }
@@ -262,9 +259,7 @@ func (f *flushing) Handle(ctx context.Context, r slog.Record) error {
 func (f *flushing) HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
 	err := logjson.HandleAttrs(ctx, f.Handler, t, level, msg, attrs)
 	if level >= f.at {
-		if ferr := f.w.Flush(); err == nil {
-			err = ferr
-		}
+		f.w.Flush()
 	}
 	return err
 }

@@ -98,11 +98,13 @@ func newClient(t *target, backends []string, sessions int, mode Mode, extra stri
 	if c.stream {
 		tokens = StreamEvents
 	}
-	content := "how far is the moon from the earth"
-	body := fmt.Appendf(nil, `{"model":"modelsim","stream":%t,"max_tokens":%d,"messages":[{"role":"user","content":"%s"}]}`, c.stream, tokens, content)
+	chat := func(content string) []byte {
+		return fmt.Appendf(nil, `{"model":"modelsim","stream":%t,"max_tokens":%d,"messages":[{"role":"user","content":"%s"}]}`, c.stream, tokens, content)
+	}
+	const question = "how far is the moon from the earth"
+	body := chat(question)
 	if pad := promptBytes - len(body); pad > 0 {
-		content += strings.Repeat(promptFiller, pad/len(promptFiller)+1)[:pad]
-		body = fmt.Appendf(nil, `{"model":"modelsim","stream":%t,"max_tokens":%d,"messages":[{"role":"user","content":"%s"}]}`, c.stream, tokens, content)
+		body = chat(question + strings.Repeat(promptFiller, pad/len(promptFiller)+1)[:pad])
 	}
 	pools := map[string]*pool{}
 	for i := range sessions {
