@@ -61,9 +61,10 @@ type exchange struct {
 	d        *resolve.Decision // the current attempt's
 	decision resolve.Decision  // the first attempt's, made here
 	held     string            // the backend the balancer counts the current attempt on; "" for none
-	reqBytes []byte
-	reqBody  bodyReader    // reqBytes, read by the current attempt
-	fields   *reqbody.Body // the body's fields, parsed once: &body once the body is read, nil before
+	reqBytes []byte            // the request body, in a buffer of bodyBuffer's
+	bodyLent bool              // reqBytes went to a transport that may read it later: never freed
+	reqBody  bodyReader        // reqBytes, read by the current attempt
+	fields   *reqbody.Body     // the body's fields, parsed once: &body once the body is read, nil before
 	body     reqbody.Body
 	// ctx is the request's context as the handler passes it on (to the
 	// resolver and the transport), answering for the exchange's values;
@@ -227,10 +228,11 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 // client sent it, for the access log.
 func (x *exchange) forward(d *resolve.Decision, r *http.Request, body []byte) {
 	p := x.pool
-	x.reqBytes = body
 	if p.bounded == nil {
 		// A transport other than upstream learns nothing of an Observer,
-		// and the first-byte clock lives in the trace's hooks.
+		// and the first-byte clock lives in the trace's hooks; it may
+		// read the body after its round trip (bodybuf.go).
+		x.bodyLent = true
 		x.trace.GotConn = x.GotConn
 		x.trace.Got1xxResponse = x.Got1xxResponse
 		x.clock.hook(&x.trace)
@@ -351,6 +353,19 @@ func (x *exchange) untimed(arrived time.Time) {
 // body itself when a reused connection failed before anything was written.
 func (x *exchange) rewind() (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(x.reqBytes)), nil
+}
+
+// freeBody gives the request body's buffer back for later bodies, unless
+// a transport that may still read it had it: the exchange is over, so
+// its own parts read it no more, and none of them kept a slice of it.
+func (x *exchange) freeBody() {
+	if x.reqBytes == nil || x.bodyLent {
+		return
+	}
+	x.body.Reset(nil, nil)
+	x.reqBody.Reset(nil)
+	freeBodyBuffer(x.reqBytes)
+	x.reqBytes = nil
 }
 
 // GotConn notes the connection an attempt got (upstream.Observer).
@@ -503,6 +518,7 @@ func (x *exchange) report(outcome string) {
 // finish writes the access-log line and the request's metrics, and
 // returns the balancer's count: once per request, however it ended.
 func (x *exchange) finish() {
+	x.freeBody()
 	x.unhold()
 	now := x.h.o.Now()
 	elapsed := now.Sub(x.start)

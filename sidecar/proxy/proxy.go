@@ -180,7 +180,12 @@ const firstBodyBuffer = 16 << 10
 // idle passes without a byte (a read deadline on the connection, moved on
 // with every read and cleared at the end, since the server reads on
 // after the handler has the body to notice a client that goes away).
+// The buffers come from bodyBuffer: the caller gives the body's back
+// with freeBodyBuffer once nothing reads it (bodybuf.go).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Duration) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
 	var rc *http.ResponseController
 	if idle > 0 && !buffered(r.Body) {
 		rc = http.NewResponseController(w)
@@ -190,18 +195,39 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 	declared := r.ContentLength
 	first := int64(firstBodyBuffer)
 	if declared >= 0 {
-		first = min(first, declared+1) // +1: room to see EOF without growing
+		first = min(first, declared)
 	}
 	buf := bodyBuffer(int(min(first, limit+1)))
 	for {
 		if len(buf) == cap(buf) {
-			grow := int64(2 * cap(buf))
-			if declared > int64(len(buf)) {
-				grow = min(grow, declared+1)
+			if int64(len(buf)) == declared {
+				// Every declared byte is in: the end is one more read,
+				// into a byte of its own rather than a larger buffer.
+				var one [1]byte
+				n, err := body.Read(one[:])
+				switch {
+				case n == 0 && err == io.EOF:
+					return buf, nil
+				case n == 0 && err != nil:
+					return buf, err
+				case n == 0:
+					continue
+				}
+				// A body longer than it said (net/http's framing ends
+				// one at its length; another reader might not): read on
+				// as one of unknown length.
+				declared = -1
+				buf = growBody(buf, declared)
+				buf = append(buf, one[0])
+				switch {
+				case err == io.EOF:
+					return buf, nil
+				case err != nil:
+					return buf, err
+				}
+				continue
 			}
-			next := append(bodyBuffer(int(max(grow, 512))), buf...)
-			outgrown(buf) // its bytes are next's now (bodybuf.go)
-			buf = next
+			buf = growBody(buf, declared)
 		}
 		if rc != nil {
 			// ErrNotSupported (a writer that hides the connection) leaves
@@ -217,6 +243,18 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 			return buf, err
 		}
 	}
+}
+
+// growBody moves a full body buffer's bytes to one twice its size, or
+// the declared length's when that is less, and frees the full one.
+func growBody(buf []byte, declared int64) []byte {
+	grow := int64(2 * cap(buf))
+	if declared > int64(len(buf)) {
+		grow = min(grow, declared)
+	}
+	next := append(bodyBuffer(int(grow)), buf...)
+	freeBodyBuffer(buf) // its bytes are next's now
+	return next
 }
 
 // buffered reports whether a request body is one the server already
@@ -246,6 +284,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer x.finish()
 	x.identify()
 	body, err := readBody(w, r, h.o.MaxBodyBytes, h.o.BodyReadTimeout)
+	x.reqBytes = body // freed by finish (freeBody)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
