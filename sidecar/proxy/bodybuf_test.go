@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 )
@@ -99,4 +101,87 @@ func TestABodyLentToATransportIsNotFreed(t *testing.T) {
 	if !reused(false) {
 		t.Error("a body's buffer never came back after its exchange")
 	}
+}
+
+// chunkedReader gives data in reads of the sizes sizes cycles through
+// (0: a read of nothing, never twice in a row), the end with the last
+// bytes or on a read of its own.
+type chunkedReader struct {
+	data    []byte
+	sizes   []byte
+	i       int
+	empty   bool // the last read gave nothing
+	eofLate bool
+}
+
+func (r *chunkedReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := len(r.data)
+	if len(r.sizes) > 0 {
+		n = int(r.sizes[r.i%len(r.sizes)]) * 97
+		r.i++
+		if n == 0 && r.empty {
+			n = 1
+		}
+		r.empty = n == 0
+	}
+	n = min(n, len(p), len(r.data))
+	copy(p, r.data[:n])
+	r.data = r.data[n:]
+	if len(r.data) == 0 && !r.eofLate {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// FuzzReadBody: whatever the body's length, its declared length (none,
+// its own, less, more), the sizes its reads come in and where its end is
+// reported, readBody returns it byte for byte, or the limit's error past
+// the limit; and the bodies it returned before stay as they came (the
+// buffers it outgrows and frees are never a body's).
+func FuzzReadBody(f *testing.F) {
+	f.Add(uint32(300), int8(0), []byte{1, 0, 255}, false, uint32(1<<20))
+	f.Add(uint32(16<<10), int8(0), []byte{}, true, uint32(1<<20))
+	f.Add(uint32(512), int8(1), []byte{5}, true, uint32(1<<20))
+	f.Add(uint32(70_000), int8(-1), []byte{200, 3}, false, uint32(1<<20))
+	f.Add(uint32(40_000), int8(2), []byte{7}, true, uint32(32<<10))
+	var kept, want [][]byte
+	f.Fuzz(func(t *testing.T, n uint32, declare int8, sizes []byte, eofLate bool, limit uint32) {
+		n, limit = n%(1<<20), limit%(2<<20)
+		sent := make([]byte, n)
+		for i := range sent {
+			sent[i] = byte(i*7 + int(n))
+		}
+		r := httptest.NewRequest("POST", "/", io.NopCloser(&chunkedReader{data: sent, sizes: sizes, eofLate: eofLate}))
+		switch declare % 3 {
+		case 0:
+			r.ContentLength = -1
+		case 1, -1:
+			r.ContentLength = int64(n)
+		case 2, -2:
+			r.ContentLength = int64(n) / 2
+		}
+		got, err := readBody(httptest.NewRecorder(), r, int64(limit), 0)
+		if int64(n) > int64(limit) {
+			var tooBig *http.MaxBytesError
+			if !errors.As(err, &tooBig) {
+				t.Fatalf("%d bytes over a limit of %d: err %v", n, limit, err)
+			}
+			return
+		}
+		if err != nil || !bytes.Equal(got, sent) {
+			t.Fatalf("%d bytes (Content-Length %d): got %d, err %v", n, r.ContentLength, len(got), err)
+		}
+		kept, want = append(kept, got), append(want, sent)
+		if len(kept) > 8 {
+			kept, want = kept[1:], want[1:]
+		}
+		for k := range kept {
+			if !bytes.Equal(kept[k], want[k]) {
+				t.Fatalf("a body read before changed")
+			}
+		}
+	})
 }
