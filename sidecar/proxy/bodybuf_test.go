@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/iotest"
 )
 
 // TestBodiesGrowThroughOutgrownBuffers: bodies read one after another,
@@ -184,4 +185,56 @@ func FuzzReadBody(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAWholeBufferOnlyFromThePool: a declared body is read into a buffer
+// of its whole length when a pool has one idle (no growth, no copies),
+// and never into one allocated ahead of its bytes: a client announcing
+// 1 MiB and sending 1,000 bytes holds the first buffer's 16 KiB when the
+// pools are empty.
+func TestAWholeBufferOnlyFromThePool(t *testing.T) {
+	const announced = 1 << 20
+	for { // empty the pool of announced's class
+		if _, ok := pooledBodyBuffer(announced); !ok {
+			break
+		}
+	}
+	r := httptest.NewRequest("POST", "/", io.NopCloser(io.MultiReader(bytes.NewReader(make([]byte, 1000)), iotest.ErrReader(io.ErrUnexpectedEOF))))
+	r.ContentLength = announced
+	got, err := readBody(httptest.NewRecorder(), r, 4<<20, 0)
+	if err == nil || len(got) != 1000 || cap(got) > firstBodyBuffer {
+		t.Errorf("1,000 bytes of an announced %d: %d read into a buffer of %d (err %v); want them in one of at most %d", announced, len(got), cap(got), err, firstBodyBuffer)
+	}
+	freeBodyBuffer(got)
+
+	sent := bytes.Repeat([]byte{'z'}, 700_000)
+	for range 20 { // the race detector's sync.Pool drops a quarter of what it is given
+		idle := bodyBuffer(announced)
+		freeBodyBuffer(idle)
+		first := &firstRead{r: &chunkedReader{data: sent, sizes: []byte{100}}}
+		r := httptest.NewRequest("POST", "/", io.NopCloser(first))
+		r.ContentLength = int64(len(sent))
+		got, err := readBody(httptest.NewRecorder(), r, 4<<20, 0)
+		if err != nil || !bytes.Equal(got, sent) {
+			t.Fatalf("700,000 bytes: got %d, err %v", len(got), err)
+		}
+		freeBodyBuffer(got)
+		if first.into == &idle[:1][0] {
+			return
+		}
+	}
+	t.Error("a declared body of 700,000 bytes was never read into the idle buffer of 1 MiB from its first byte")
+}
+
+// firstRead notes where its first read was asked to put its bytes.
+type firstRead struct {
+	r    io.Reader
+	into *byte
+}
+
+func (f *firstRead) Read(p []byte) (int, error) {
+	if f.into == nil && len(p) > 0 {
+		f.into = &p[0]
+	}
+	return f.r.Read(p)
 }

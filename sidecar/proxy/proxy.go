@@ -176,7 +176,12 @@ const firstBodyBuffer = 16 << 10
 // readBody reads a request body of at most limit bytes. The buffer grows
 // as bytes arrive, at most doubling what has arrived: a Content-Length
 // only keeps an honest client's buffer from growing past its body, it
-// never sizes one ahead of the bytes. With idle > 0 the read fails once
+// never has one allocated ahead of the bytes. It does take one for the
+// whole declared body ahead of them when a pool has one idle (a later
+// turn's prompt is about as long as the turns before it): memory the
+// process has already, which spares the growth its copies, and which a
+// client that announces large bodies and sends nothing can hold only as
+// much of as the pools hold. With idle > 0 the read fails once
 // idle passes without a byte (a read deadline on the connection, moved on
 // with every read and cleared at the end, since the server reads on
 // after the handler has the body to notice a client that goes away).
@@ -194,10 +199,16 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 	body := http.MaxBytesReader(w, r.Body, limit)
 	declared := r.ContentLength
 	first := int64(firstBodyBuffer)
+	var buf []byte
 	if declared >= 0 {
 		first = min(first, declared)
+		if declared > first && declared <= limit {
+			buf, _ = pooledBodyBuffer(int(declared))
+		}
 	}
-	buf := bodyBuffer(int(min(first, limit+1)))
+	if buf == nil {
+		buf = bodyBuffer(int(min(first, limit+1)))
+	}
 	for {
 		if len(buf) == cap(buf) {
 			if int64(len(buf)) == declared {
