@@ -201,17 +201,22 @@ func sanity(in *report.Input) error {
 			lowest[p.Mode] = p.Rate
 		}
 	}
+	// failed: more than a twentieth of p's requests failed.
+	failed := func(what string, p hop.Point) error {
+		if p.Res.Errors <= p.Res.Sent/20 {
+			return nil
+		}
+		return fmt.Errorf("hop%s %s %s at %.0f/s: %d of %d requests failed (first: %v)", what, p.Proxy, p.Mode, p.Rate, p.Res.Errors, p.Res.Sent, p.Res.FirstErr)
+	}
 	for _, p := range in.Hop.Points {
-		if p.Rate == lowest[p.Mode] && p.Res.Errors > p.Res.Sent/20 {
-			errs = append(errs, fmt.Errorf("hop %s %s at %.0f/s: %d of %d requests failed (first: %v)", p.Proxy, p.Mode, p.Rate, p.Res.Errors, p.Res.Sent, p.Res.FirstErr))
+		if p.Rate == lowest[p.Mode] {
+			errs = append(errs, failed("", p))
 		}
 	}
 	// A condition's one point is at a rate every proxy carries.
 	for _, c := range in.Conditions {
 		for _, p := range c.Hop.Points {
-			if p.Res.Errors > p.Res.Sent/20 {
-				errs = append(errs, fmt.Errorf("hop, %s: %s at %.0f/s: %d of %d requests failed (first: %v)", c.Name, p.Proxy, p.Rate, p.Res.Errors, p.Res.Sent, p.Res.FirstErr))
-			}
+			errs = append(errs, failed(", "+c.Name+":", p))
 		}
 	}
 	for _, r := range append(slices.Clone(in.Sticky), in.Sweep...) {

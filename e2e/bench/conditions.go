@@ -20,9 +20,9 @@ var conditions = []struct {
 	name string
 	set  func(*hopFlags)
 }{
-	{"one request in 20 closing its connection once answered", func(h *hopFlags) { h.closeEvery = 20 }},
-	{"tether's log a pipe drained every 120 ms", func(h *hopFlags) { h.logReaderPause = 120 * time.Millisecond }},
-	{"prompts of 32 KiB", func(h *hopFlags) { h.promptBytes = 32 << 10 }},
+	{"One request in 20 closing its connection once answered", func(h *hopFlags) { h.closeEvery = 20 }},
+	{"Tether's log a pipe drained every 120 ms", func(h *hopFlags) { h.logReaderPause = 120 * time.Millisecond }},
+	{"Prompts of 32 KiB", func(h *hopFlags) { h.promptBytes = 32 << 10 }},
 }
 
 // conditionFlags is base's timing with one condition set.

@@ -50,22 +50,26 @@ func classSize(c int) int { return 1 << (minBodyShift + c) }
 // bodyBuffer is an empty buffer of capacity at least n: a class's size,
 // lent again when its pool has one.
 func bodyBuffer(n int) []byte {
-	if b, ok := pooledBodyBuffer(n); ok {
+	c := bodyClass(n)
+	if c < 0 {
+		return make([]byte, 0, n)
+	}
+	if b, ok := pooledOfClass(c); ok {
 		return b
 	}
-	if c := bodyClass(n); c >= 0 {
-		return make([]byte, 0, classSize(c))
-	}
-	return make([]byte, 0, n)
+	return make([]byte, 0, classSize(c))
 }
 
 // pooledBodyBuffer is an empty buffer of capacity at least n that a pool
 // holds, if one does: memory the process has already, idle.
 func pooledBodyBuffer(n int) ([]byte, bool) {
-	c := bodyClass(n)
-	if c < 0 {
-		return nil, false
+	if c := bodyClass(n); c >= 0 {
+		return pooledOfClass(c)
 	}
+	return nil, false
+}
+
+func pooledOfClass(c int) ([]byte, bool) {
 	if p, ok := bodyBuffers[c].Get().(*byte); ok {
 		return unsafe.Slice(p, classSize(c))[:0], true
 	}

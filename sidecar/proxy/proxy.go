@@ -210,43 +210,34 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 		buf = bodyBuffer(int(min(first, limit+1)))
 	}
 	for {
-		if len(buf) == cap(buf) {
-			if int64(len(buf)) == declared {
-				// Every declared byte is in: the end is one more read,
-				// into a byte of its own rather than a larger buffer.
-				var one [1]byte
-				n, err := body.Read(one[:])
-				switch {
-				case n == 0 && err == io.EOF:
-					return buf, nil
-				case n == 0 && err != nil:
-					return buf, err
-				case n == 0:
-					continue
-				}
+		var err error
+		switch {
+		case len(buf) < cap(buf):
+			if rc != nil {
+				// ErrNotSupported (a writer that hides the connection)
+				// leaves the read without a deadline; the server's own
+				// still apply.
+				_ = rc.SetReadDeadline(time.Now().Add(idle))
+			}
+			var n int
+			n, err = body.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+		case int64(len(buf)) == declared:
+			// Every declared byte is in: the end is one more read, into
+			// a byte of its own rather than a larger buffer.
+			var one [1]byte
+			var n int
+			if n, err = body.Read(one[:]); n > 0 {
 				// A body longer than it said (net/http's framing ends
 				// one at its length; another reader might not): read on
 				// as one of unknown length.
 				declared = -1
-				buf = growBody(buf, declared)
-				buf = append(buf, one[0])
-				switch {
-				case err == io.EOF:
-					return buf, nil
-				case err != nil:
-					return buf, err
-				}
-				continue
+				buf = append(growBody(buf, declared), one[0])
 			}
+		default:
 			buf = growBody(buf, declared)
+			continue
 		}
-		if rc != nil {
-			// ErrNotSupported (a writer that hides the connection) leaves
-			// the read without a deadline; the server's own still apply.
-			_ = rc.SetReadDeadline(time.Now().Add(idle))
-		}
-		n, err := body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
 		switch {
 		case err == io.EOF:
 			return buf, nil

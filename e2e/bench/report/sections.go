@@ -60,17 +60,9 @@ func conditionsSection(b *bytes.Buffer, cs []Condition) {
 	}
 	b.WriteString("### Conditions the points above do not make\n\nThe points above keep every connection, log to a file and send prompts of about 130 bytes. Each condition below was once a cost that no point showed: a client's hang-up stopped the sidecar for up to 10 ms, a full log pipe held the thread requests needed, and a long prompt went to the backend in 4 KiB writes ([docs/hop-cost.md](../../docs/hop-cost.md): \"The poller's own wait\", \"A log reader that falls behind\", \"A prompt of many kilobytes\"). One point each, HAProxy and tether beside direct.\n\n")
 	for _, c := range cs {
-		fmt.Fprintf(b, "**%s.** `%s`\n\n%s.\n\n", upperFirst(c.Name), c.Cmd, c.Hop.Setup())
+		fmt.Fprintf(b, "**%s.** `%s`\n\n%s.\n\n", c.Name, c.Cmd, c.Hop.Setup())
 		writeTables(b, c.Hop.Tables())
 	}
-}
-
-// upperFirst is s with its first letter capitalised (ASCII).
-func upperFirst(s string) string {
-	if s == "" || s[0] < 'a' || s[0] > 'z' {
-		return s
-	}
-	return string(s[0]-'a'+'A') + s[1:]
 }
 
 func stickySection(b *bytes.Buffer, dir string, in *Input) error {
