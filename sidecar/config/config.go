@@ -173,6 +173,13 @@ type Proxy struct {
 	// BodyReadTimeout is how long a request body may go without a byte
 	// before the request is answered 408 and its connection closed.
 	BodyReadTimeout Duration `json:"bodyReadTimeout,omitempty"`
+	// StreamIdleTimeout is how long a request in flight may go without a
+	// byte moving once its body is read: the backend taking none of the
+	// request, sending none of its response body after the headers (a
+	// stream hung mid-way), or the client taking none of the response
+	// (it stopped reading). Past it the connections are closed. The wait
+	// for the response headers is firstByteTimeout's.
+	StreamIdleTimeout Duration `json:"streamIdleTimeout,omitempty"`
 	// MaxConcurrentRequests bounds the requests one listener serves at
 	// once; beyond it requests get 503 with Retry-After.
 	MaxConcurrentRequests int `json:"maxConcurrentRequests,omitempty"`

@@ -126,6 +126,7 @@ func TestDefaults(t *testing.T) {
 				MaxEjectionPercent:  DefaultMaxEjectionPercent,
 			},
 			BodyReadTimeout:       Duration{DefaultBodyReadTimeout},
+			StreamIdleTimeout:     Duration{DefaultStreamIdleTimeout},
 			MaxConcurrentRequests: DefaultMaxConcurrentRequests,
 		},
 		Pools: []Pool{{
@@ -224,6 +225,7 @@ func TestValidation(t *testing.T) {
 		{"debug is admin", doc("admin: 127.0.0.1:9\ndebug: 127.0.0.1:9"), `debug: must differ from admin (127.0.0.1:9)`},
 		{"static host length", doc("", pool(`backends: {static: ["`+strings.Repeat("h", 254)+`:80"]}`)), `pools[0].backends.static[0]: host is 254 bytes, a DNS name is at most 253`},
 		{"proxy bodyReadTimeout", doc("proxy: {bodyReadTimeout: -1s}"), `proxy.bodyReadTimeout: must be positive, got -1s`},
+		{"proxy streamIdleTimeout", doc("proxy: {streamIdleTimeout: -5m}"), `proxy.streamIdleTimeout: must be positive, got -5m0s`},
 		{"proxy maxConcurrentRequests", doc("proxy: {maxConcurrentRequests: -1}"), `proxy.maxConcurrentRequests: must be at least 1, got -1`},
 		{"store backend", doc("store: {backend: etcd}"), `store.backend: unknown backend "etcd" (want memory, gossip or redis)`},
 		{"memory maxEntries", doc("store: {memory: {maxEntries: -1}}"), `store.memory.maxEntries: must be at least 1, got -1`},

@@ -30,11 +30,14 @@ const (
 	DefaultDialTimeout            = 2 * time.Second
 	DefaultShutdownTimeout        = 30 * time.Second
 	DefaultBodyReadTimeout        = 5 * time.Second
-	DefaultMaxConcurrentRequests  = 4096
-	DefaultPrefillHeader          = "x-prefiller-host-port"
-	DefaultMaxWaiting             = 8
-	DefaultLoadMargin             = 4
-	DefaultAffinityCooldown       = 30 * time.Second
+	// DefaultStreamIdleTimeout is Envoy's stream_idle_timeout: far past
+	// any pause of a model that is generating.
+	DefaultStreamIdleTimeout     = 5 * time.Minute
+	DefaultMaxConcurrentRequests = 4096
+	DefaultPrefillHeader         = "x-prefiller-host-port"
+	DefaultMaxWaiting            = 8
+	DefaultLoadMargin            = 4
+	DefaultAffinityCooldown      = 30 * time.Second
 	// DefaultCostMargin: the cost policy moves a pin when another backend
 	// is expected to reach the first token 25% sooner.
 	DefaultCostMargin         = 0.25
@@ -87,6 +90,7 @@ func (c *Config) SetDefaults() {
 	setDuration(&p.ShutdownTimeout, DefaultShutdownTimeout)
 	p.setResilienceDefaults()
 	setDuration(&p.BodyReadTimeout, DefaultBodyReadTimeout)
+	setDuration(&p.StreamIdleTimeout, DefaultStreamIdleTimeout)
 	if p.MaxConcurrentRequests == 0 {
 		p.MaxConcurrentRequests = DefaultMaxConcurrentRequests
 	}

@@ -225,15 +225,13 @@ func (p *Proxy) validate(e *errs) {
 	for _, d := range []struct {
 		f string
 		v Duration
-	}{{"dialTimeout", p.DialTimeout}, {"shutdownTimeout", p.ShutdownTimeout}} {
+	}{{"dialTimeout", p.DialTimeout}, {"shutdownTimeout", p.ShutdownTimeout}, {"bodyReadTimeout", p.BodyReadTimeout},
+		{"streamIdleTimeout", p.StreamIdleTimeout}} {
 		if d.v.Duration <= 0 {
 			e.add("proxy."+d.f, "must be positive, got %s", d.v)
 		}
 	}
 	p.validateResilience(e)
-	if p.BodyReadTimeout.Duration <= 0 {
-		e.add("proxy.bodyReadTimeout", "must be positive, got %s", p.BodyReadTimeout)
-	}
 	if p.MaxConcurrentRequests < 1 {
 		e.add("proxy.maxConcurrentRequests", "must be at least 1, got %d", p.MaxConcurrentRequests)
 	}

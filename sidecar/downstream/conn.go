@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/tetherproxy/tether/sidecar/bufpool"
+	"github.com/tetherproxy/tether/sidecar/coarse"
 	"github.com/tetherproxy/tether/sidecar/httphead"
 	"github.com/tetherproxy/tether/sidecar/peek"
 )
@@ -45,7 +47,9 @@ type conn struct {
 	// otherwise (while the handler waits for a backend, and between
 	// requests).
 	br *bufio.Reader // over in
-	bw *bufio.Writer // over nc
+	bw *bufio.Writer // over out
+	// out writes to nc, each wait bounded by Server.WriteIdleTimeout.
+	out outWriter
 	// raw waits for the next request without buffers (awaitBytes); nil
 	// when nc has no descriptor (the buffered read waits instead).
 	raw    syscall.RawConn
@@ -74,6 +78,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), accepted: time.Now()}
 	c.in.nc = nc
 	c.in.left = -1
+	c.out.nc, c.out.idle.D = nc, s.WriteIdleTimeout
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
@@ -172,7 +177,7 @@ func (c *conn) lendReader() {
 // writer is c's writer, lent if c has given its own back.
 func (c *conn) writer() *bufio.Writer {
 	if c.bw == nil {
-		c.bw = bufpool.Writer(c.nc)
+		c.bw = bufpool.Writer(&c.out)
 	}
 	return c.bw
 }
@@ -225,6 +230,34 @@ func (c *conn) awaitBytes() bool {
 	}
 	return c.waiter.Wait(c.raw) == nil
 }
+
+// outWriter is the writer under a connection's buffered writer.
+type outWriter struct {
+	nc   net.Conn
+	idle coarse.IdleDeadline // the write deadline (Server.WriteIdleTimeout)
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	n, err := o.idle.Write(o.nc, p)
+	if err != nil && o.idle.D > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = writeIdleError{o.idle.D}
+	}
+	return n, err
+}
+
+// writeIdleError is the error of a write that waited
+// Server.WriteIdleTimeout for the client. It is a timeout.
+type writeIdleError struct{ d time.Duration }
+
+func (e writeIdleError) Error() string {
+	return fmt.Sprintf("downstream: the client took no byte of the response for %s", e.d)
+}
+func (writeIdleError) Timeout() bool   { return true }
+func (writeIdleError) Temporary() bool { return true }
+
+// IsWriteIdle reports whether err is a response write's that
+// Server.WriteIdleTimeout ended.
+func IsWriteIdle(err error) bool { return errors.As(err, new(writeIdleError)) }
 
 // errTooLarge is a request line and header block over the server's limit.
 var errTooLarge = errors.New("request header fields too large")

@@ -477,8 +477,11 @@ func (w *response) Flush() { _ = w.FlushError() }
 
 // SetReadDeadline and SetWriteDeadline set the connection's deadlines
 // for http.ResponseController (the proxy's body-read idle timeout).
-func (w *response) SetReadDeadline(t time.Time) error  { return w.c.setReadDeadline(t) }
-func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
+func (w *response) SetReadDeadline(t time.Time) error { return w.c.setReadDeadline(t) }
+func (w *response) SetWriteDeadline(t time.Time) error {
+	w.c.out.idle.Forget() // the idle bound, if any, moves it again from the next write
+	return w.c.nc.SetWriteDeadline(t)
+}
 
 // finish completes the response after the handler returned: the framing
 // if not yet, the last chunk and trailers, and a flush.

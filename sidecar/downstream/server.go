@@ -63,6 +63,13 @@ type Server struct {
 	// IdleTimeout closes a keep-alive connection with no next request for
 	// longer. 0: none.
 	IdleTimeout time.Duration
+	// WriteIdleTimeout bounds each wait for a client to take a byte of
+	// its response (one that stopped reading): past it the connection is
+	// closed and the handler's write fails with a timeout error
+	// (IsWriteIdle). 0: none. The deadline is moved lazily
+	// (coarse.IdleDeadline): a write fails 1 to 1.5 times it after the
+	// client's last byte taken.
+	WriteIdleTimeout time.Duration
 	// WatchAfter is how long a request runs at least, its body read,
 	// before a watch that reads (where the process has no poller, or the
 	// connection no descriptor) reads its connection for the client going

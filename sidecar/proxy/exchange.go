@@ -29,13 +29,16 @@ const (
 	// Completed: the whole response reached the client (whatever its
 	// status, an error the sidecar answered itself included).
 	Completed = "completed"
-	// ClientClosed: the client went away before the response ended.
+	// ClientClosed: the client went away before the response ended, or
+	// took no byte of it for the stream idle timeout.
 	ClientClosed = "client_closed"
 	// UpstreamReset: the backend's connection failed before or while it
 	// answered (502, or a stream cut short).
 	UpstreamReset = "upstream_reset"
 	// Timeout: the backend sent no response headers within the pool's
-	// first-byte timeout (504).
+	// first-byte timeout (504), or, for the stream idle timeout, took no
+	// byte of the request (504) or sent none of its response body (the
+	// stream cut short); the access log's error says which.
 	Timeout = "timeout"
 )
 

@@ -32,6 +32,10 @@ type TransportOptions struct {
 	// DialTimeout bounds connecting (the first-byte timeout is each
 	// attempt's: Pool.FirstByteTimeout or the decision's Timeout).
 	DialTimeout time.Duration
+	// StreamIdleTimeout bounds each wait for a backend to take a byte of
+	// a request or send one of a response body (upstream's; NewUpstream
+	// only).
+	StreamIdleTimeout time.Duration
 	// Allowed reports whether host:port belongs to a discovered backend.
 	// The transport dials nothing else, whatever a request says.
 	Allowed func(addr string) bool
@@ -53,9 +57,10 @@ func (o TransportOptions) dial() func(ctx context.Context, network, addr string)
 // keep-alive pools per backend, and the dial guard.
 func NewUpstream(o TransportOptions) *upstream.Transport {
 	return upstream.New(upstream.Options{
-		Dial:           o.dial(),
-		MaxIdlePerHost: maxIdlePerBackend,
-		IdleTimeout:    idleConnTimeout,
+		Dial:              o.dial(),
+		MaxIdlePerHost:    maxIdlePerBackend,
+		IdleTimeout:       idleConnTimeout,
+		StreamIdleTimeout: o.StreamIdleTimeout,
 	})
 }
 

@@ -91,8 +91,9 @@ func (s *Server) newPool(pc *config.Pool, sh poolDeps) (proxy.Pool, error) {
 		Size: func() int { return len(src.Current().Backends) },
 	})
 	transport := proxy.NewUpstream(proxy.TransportOptions{
-		DialTimeout: s.cfg.Proxy.DialTimeout.Duration,
-		Allowed:     s.discovered,
+		DialTimeout:       s.cfg.Proxy.DialTimeout.Duration,
+		StreamIdleTimeout: s.cfg.Proxy.StreamIdleTimeout.Duration,
+		Allowed:           s.discovered,
 	})
 	s.closers = append(s.closers, transport.CloseIdleConnections)
 	s.sources[pc.Name] = src

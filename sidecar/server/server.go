@@ -180,12 +180,14 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, deps Deps) (
 		s.listeners = append(s.listeners, &listener{addr: l.Addr, pools: names, srv: &downstream.Server{
 			Handler:        proxy.Limit(h, cfg.Proxy.MaxConcurrentRequests, active, shed),
 			MaxHeaderBytes: cfg.Proxy.MaxRequestHeaderBytes,
-			// No read or write timeout: a request body may take long to
-			// arrive as long as it keeps arriving (the proxy's idle
-			// deadline, proxy.bodyReadTimeout), and a response streams for
-			// as long as the model generates.
+			// No total read or write timeout: a request body may take
+			// long to arrive as long as it keeps arriving (the proxy's
+			// idle deadline, proxy.bodyReadTimeout), and a response
+			// streams for as long as the model generates, as long as the
+			// client keeps taking it (proxy.streamIdleTimeout).
 			ReadHeaderTimeout: ProxyHeaderTimeout,
 			IdleTimeout:       ProxyIdleTimeout,
+			WriteIdleTimeout:  cfg.Proxy.StreamIdleTimeout.Duration,
 			Log:               log,
 			// The proxy reads and forwards a request's fields as a list
 			// (proxy's lean path): no header map for the common request.

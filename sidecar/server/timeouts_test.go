@@ -13,9 +13,10 @@ import (
 // Every listener has a header and an idle timeout, and the admin and debug
 // listeners a read and a write timeout too: a client that opens
 // connections and sends nothing (or stops half way) cannot hold them.
-// The proxy listeners have no read or write timeout on purpose (a body
-// arrives under proxy.bodyReadTimeout, a stream runs as long as the model
-// generates).
+// The proxy listeners have no total read or write timeout on purpose (a
+// body arrives under proxy.bodyReadTimeout, a stream runs as long as the
+// model generates), but a write waits for the client at most
+// proxy.streamIdleTimeout.
 func TestEveryListenerHasTimeouts(t *testing.T) {
 	cfg, err := config.Parse([]byte(`
 listen: 127.0.0.1:0
@@ -47,8 +48,8 @@ pools:
 					l.addr, srv.ReadHeaderTimeout, srv.IdleTimeout, srv.ReadTimeout, srv.WriteTimeout)
 			}
 		case *downstream.Server:
-			if srv.ReadHeaderTimeout <= 0 || srv.IdleTimeout <= 0 {
-				t.Errorf("%s: header timeout %s, idle timeout %s", l.addr, srv.ReadHeaderTimeout, srv.IdleTimeout)
+			if srv.ReadHeaderTimeout <= 0 || srv.IdleTimeout <= 0 || srv.WriteIdleTimeout != config.DefaultStreamIdleTimeout {
+				t.Errorf("%s: header timeout %s, idle timeout %s, write idle timeout %s", l.addr, srv.ReadHeaderTimeout, srv.IdleTimeout, srv.WriteIdleTimeout)
 			}
 		default:
 			t.Errorf("%s: served by %T", l.addr, srv)

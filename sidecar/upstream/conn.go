@@ -46,10 +46,14 @@ type conn struct {
 	abortFn   func()      // abort, made once: a method value per request would be an allocation
 	// aborted: the request's context was canceled and nc closed.
 	aborted atomic.Bool
+	// readIdle and writeIdle bound the waits of a response body's reads
+	// and of a request's writes for the backend (Options.StreamIdleTimeout).
+	readIdle, writeIdle coarse.IdleDeadline
 }
 
 func newConn(t *Transport, addr string, nc net.Conn) *conn {
 	c := &conn{t: t, addr: addr, nc: nc}
+	c.readIdle.D, c.writeIdle.D = t.o.StreamIdleTimeout, t.o.StreamIdleTimeout
 	c.in.r = nc
 	c.in.n = -1
 	c.out.c = c
@@ -159,10 +163,10 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 		if ctx.Err() == nil {
 			_ = c.nc.SetReadDeadline(time.Now().Add(earlyResponseWait))
 			if resp, rerr := c.readResponse(req, h, nil); rerr == nil {
-				_ = c.nc.SetReadDeadline(time.Time{})
+				c.startBodyDeadline(resp)
 				resp.Close = true
 				w.start()
-				return c.withBody(resp, req, w.stop), nil
+				return c.withBody(resp, req, w.stop, true), nil
 			}
 		}
 		w.stop()
@@ -178,17 +182,31 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 		}
 		return nil, c.failure(ctx, err)
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols ||
-		resp.Body != http.NoBody && !(resp.Body == nil && resp.ContentLength <= int64(c.br.Buffered())) {
+	streams := resp.StatusCode == http.StatusSwitchingProtocols ||
+		resp.Body != http.NoBody && !(resp.Body == nil && resp.ContentLength <= int64(c.br.Buffered()))
+	if streams {
 		// The body (or the upgraded connection) is read from the
 		// connection, without awaitResponse's deadline. One the buffer
 		// holds whole reads nothing more: the deadline is left, a timer
 		// update spared, until the next round trip sets its own (alive's
 		// probe does not heed it).
-		_ = c.nc.SetReadDeadline(time.Time{})
+		c.startBodyDeadline(resp)
 		w.start()
 	}
-	return c.withBody(resp, req, w.stop), nil
+	return c.withBody(resp, req, w.stop, streams), nil
+}
+
+// startBodyDeadline replaces the wait for the headers' deadline with the
+// body's: the stream idle one from now (Options.StreamIdleTimeout), which
+// each read moves on (body.Read), or none. An upgraded connection is the
+// caller's, with no deadline.
+func (c *conn) startBodyDeadline(resp *http.Response) {
+	c.readIdle.Forget() // the round trip's waits set deadlines of their own
+	var t time.Time
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t, _ = c.readIdle.Next(time.Now()) // zero without the timeout
+	}
+	_ = c.nc.SetReadDeadline(t)
 }
 
 // abortCheck is how long a round trip waits at least for the backend's
@@ -390,12 +408,14 @@ func (c *conn) failure(ctx context.Context, err error) error {
 // withBody wires resp's body to c: read to its end, it gives c back to
 // the pool (if both sides keep the connection alive); closed before, it
 // closes c. An upgraded connection's body is the connection itself.
-func (c *conn) withBody(resp *http.Response, req *http.Request, stop func() bool) *http.Response {
+// streams: the body is read from the connection (startBodyDeadline), not
+// from what the buffer holds.
+func (c *conn) withBody(resp *http.Response, req *http.Request, stop func() bool, streams bool) *http.Response {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body = &upgraded{c: c, stop: stop}
 		return resp
 	}
-	b := &body{c: c, rc: resp.Body, stop: stop, keep: !resp.Close && !req.Close}
+	b := &body{c: c, rc: resp.Body, stop: stop, keep: !resp.Close && !req.Close, idle: streams && c.readIdle.D > 0}
 	if resp.Body == nil { // httphead's: ContentLength bytes on c
 		b.fixed.Reset(c.br, resp.ContentLength)
 		b.rc = &b.fixed
@@ -470,6 +490,8 @@ type body struct {
 	stop  func() bool // unregisters the context's abort
 	// keep: neither side asked to close the connection.
 	keep bool
+	// idle: each read moves the connection's read deadline on (c.readIdle).
+	idle bool
 	// done: c was given back or closed; reads return EOF or err.
 	done bool
 	err  error
@@ -482,13 +504,23 @@ func (b *body) Read(p []byte) (int, error) {
 		}
 		return 0, io.EOF
 	}
+	if b.idle {
+		// One read waits once at most (a chunked body's returns what
+		// one wait brought), so each wait has the bound ahead of it.
+		if t, ok := b.c.readIdle.Next(time.Now()); ok {
+			_ = b.c.nc.SetReadDeadline(t)
+		}
+	}
 	n, err := b.rc.Read(p)
 	switch {
 	case err == io.EOF:
 		b.end()
 	case err != nil:
-		if b.c.aborted.Load() {
+		switch {
+		case b.c.aborted.Load():
 			err = context.Canceled
+		case b.idle && errors.Is(err, os.ErrDeadlineExceeded):
+			err = idleError{d: b.c.readIdle.D, what: "sent no byte of its response"}
 		}
 		b.err = err
 		b.done = true

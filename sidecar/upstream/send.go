@@ -61,7 +61,7 @@ func (c *conn) send(soon time.Time) (timedOut bool, err error) {
 // followed by the wait (writeFD).
 func (s *sender) Write(p []byte) (int, error) {
 	if !s.await {
-		return s.c.nc.Write(p)
+		return s.write(p)
 	}
 	s.await = false
 	s.p, s.written, s.errno = p, false, 0
@@ -76,7 +76,7 @@ func (s *sender) Write(p []byte) (int, error) {
 		// Not written whole (a full socket buffer, or the connection
 		// closed before the write began): the rest goes the usual way,
 		// which waits for room, and the answer's first read will too.
-		m, err := s.c.nc.Write(p[n:])
+		m, err := s.write(p[n:])
 		return n + m, err
 	}
 	// Written whole: werr is the wait's. A deadline is a wait that
@@ -84,6 +84,16 @@ func (s *sender) Write(p []byte) (int, error) {
 	// cancelation) the answer's first read will report.
 	s.timedOut = errors.Is(werr, os.ErrDeadlineExceeded)
 	return n, nil
+}
+
+// write writes p to the connection, each wait for the backend to take
+// bytes bounded by the stream idle timeout (conn.writeIdle).
+func (s *sender) write(p []byte) (int, error) {
+	n, err := s.c.writeIdle.Write(s.c.nc, p)
+	if err != nil && s.c.writeIdle.D > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = idleError{d: s.c.writeIdle.D, what: "took no byte of the request"}
+	}
+	return n, err
 }
 
 // writeFD is the function RawConn.Read runs: first it writes the

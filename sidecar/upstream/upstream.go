@@ -49,6 +49,14 @@ type Options struct {
 	// responses); a backend that sends more gets its connection closed
 	// and the attempt fails. 0: 1 MiB.
 	MaxHeaderBytes int64
+	// StreamIdleTimeout bounds each wait of a round trip for the backend
+	// to take a byte of the request or send one of the response's body
+	// (the wait for the headers is the round trip's header timeout): past
+	// it the connection is closed and the write or read fails with a
+	// timeout error (IsStreamIdle). 0: no bound. The deadline is moved
+	// lazily (coarse.IdleDeadline): a wait fails 1 to 1.5 times it after
+	// the last byte.
+	StreamIdleTimeout time.Duration
 }
 
 // Transport is an HTTP/1.1 RoundTripper with a keep-alive pool per
@@ -93,6 +101,23 @@ type headerTimeout struct{}
 func (headerTimeout) Error() string   { return "upstream: no response headers in time" }
 func (headerTimeout) Timeout() bool   { return true }
 func (headerTimeout) Temporary() bool { return true }
+
+// idleError is the error of a write or read that waited
+// Options.StreamIdleTimeout for the backend. It is a timeout.
+type idleError struct {
+	d    time.Duration
+	what string // what the backend did not do, after "the backend"
+}
+
+func (e idleError) Error() string {
+	return fmt.Sprintf("upstream: the backend %s for %s", e.what, e.d)
+}
+func (idleError) Timeout() bool   { return true }
+func (idleError) Temporary() bool { return true }
+
+// IsStreamIdle reports whether err is a round trip's or a response
+// body's that Options.StreamIdleTimeout ended.
+func IsStreamIdle(err error) bool { return errors.As(err, new(idleError)) }
 
 // RoundTripHeaderTimeout is RoundTrip with the wait for the response
 // headers bounded by d, counted from the moment the request, body
