@@ -724,14 +724,82 @@ func TestFaultyBackends(t *testing.T) {
 // fail, and fail at once (no hang); every later turn succeeds.
 func TestKillBackend(t *testing.T) {
 	c := gossipRing(t)
-	load := c.StartLoad(steady("killbackend"))
-	time.Sleep(warmup)
 	victim := c.Backends[2]
-	// Streams certain to be in flight on the victim at the kill: long
+	run := faultMidStream(t, c, "killbackend", victim, victim.Kill, 6*time.Second)
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	report.Fault(Figures{
+		Fault: "4. a backend killed (SIGKILL) mid-stream", Sent: len(run.window) + len(run.inflight), Failed: len(run.inflight) + len(run.unexplained),
+		Allowed: len(run.inflight), AllowedWhy: "the killed backend's streams in flight at the kill",
+		Moved: run.moved, Recover: run.lastFail.Sub(run.at),
+		RecoverWhy: "from the kill until the last of its in-flight streams ended, cut, for its client",
+	})
+}
+
+// Scenario 7: a backend frozen mid-stream (SIGSTOP: its connections
+// open, nothing sent): its in-flight streams are cut after the stream
+// idle timeout, long before it thaws, instead of hanging as long as it
+// stays frozen; the turns sent to it meanwhile go elsewhere after the
+// first-byte timeout; nothing else fails.
+func TestFreezeBackend(t *testing.T) {
+	c := gossipRing(t)
+	victim := c.Backends[3] // not one an earlier scenario ejected
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			if err := victim.Thaw(); err != nil {
+				t.Errorf("thaw: %v", err)
+			}
+		}
+	}
+	defer thaw()
+	freeze := func() {
+		if err := victim.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const frozen = 3*StreamIdleTimeout/2 + 5*time.Second
+	run := faultMidStream(t, c, "freezebackend", victim, freeze, frozen)
+	thaw()
+	report.Fault(Figures{
+		Fault: fmt.Sprintf("7. a backend frozen (SIGSTOP) mid-stream for %s", round(frozen)), Sent: len(run.window) + len(run.inflight),
+		Failed: len(run.inflight) + len(run.unexplained),
+		Allowed: len(run.inflight), AllowedWhy: "the frozen backend's streams in flight at the freeze, cut by the stream idle timeout",
+		Moved: run.moved, Recover: run.lastFail.Sub(run.at),
+		RecoverWhy: fmt.Sprintf("from the freeze until the last of its in-flight streams ended, cut, for its client (stream idle timeout %s)", StreamIdleTimeout),
+	})
+	if late := run.lastFail.Sub(run.at); late > frozen-time.Second {
+		t.Errorf("the last in-flight stream was cut %s after the freeze: not before the backend thawed", round(late))
+	}
+}
+
+// midStreamRun is what faultMidStream saw.
+type midStreamRun struct {
+	at     time.Time // the fault
+	window []Record  // the turns from the fault to the end of the load
+	// inflight are the failed turns that were the victim's streams at the
+	// fault; unexplained the other failed turns; lastFail the end of the
+	// last in-flight one.
+	inflight, unexplained []Record
+	lastFail              time.Time
+	moved                 int
+}
+
+// faultMidStream runs the steady load, starts three long streams of
+// sessions bound to victim, applies fault a second later, while they
+// are in flight, and lets the load run on for hold. Every long stream
+// must fail, and only streams in flight on the victim at the fault may.
+func faultMidStream(t *testing.T, c *Cluster, prefix string, victim *Backend, fault func(), hold time.Duration) midStreamRun {
+	t.Helper()
+	load := c.StartLoad(steady(prefix))
+	time.Sleep(warmup)
+	// Streams certain to be in flight on the victim at the fault: long
 	// turns of sessions bound to it.
 	var long []string
 	for i := 0; len(long) < 3 && i < 200; i++ {
-		k := fmt.Sprintf("killbackend-long-%d", i)
+		k := fmt.Sprintf("%s-long-%d", prefix, i)
 		if rec := load.Turn(context.Background(), c.Replicas[i%3], k, 1, 2); !rec.Failed() && rec.Backend == victim.ID {
 			long = append(long, k)
 		}
@@ -744,16 +812,13 @@ func TestKillBackend(t *testing.T) {
 		go func() { longRecs <- load.Turn(context.Background(), c.Replicas[i%3], k, 2, 400) }()
 	}
 	time.Sleep(time.Second)
-	kill := time.Now()
-	victim.Kill()
-	time.Sleep(6 * time.Second)
+	run := midStreamRun{at: time.Now()}
+	fault()
+	time.Sleep(hold)
 	end := time.Now()
 	recs := load.Stop()
 	for range long {
 		recs = append(recs, <-longRecs)
-	}
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
 	}
 
 	lines, err := c.Logs("request")
@@ -764,20 +829,19 @@ func TestKillBackend(t *testing.T) {
 	for _, l := range lines {
 		pod[l.RequestID] = l.SelectedPod
 	}
-	var inflight, unexplained []Record
-	lastFail := kill
+	run.lastFail = run.at
 	for _, r := range recs {
-		if !r.End.After(kill) || !r.Failed() {
+		if !r.End.After(run.at) || !r.Failed() {
 			continue
 		}
 		onVictim := r.Backend == victim.ID || pod[r.RequestID] == victim.Addr
-		if onVictim && r.Start.Before(kill) && !strings.HasPrefix(r.Err, "hung") {
-			inflight = append(inflight, r)
-			if r.End.After(lastFail) {
-				lastFail = r.End
+		if onVictim && r.Start.Before(run.at) && !strings.HasPrefix(r.Err, "hung") {
+			run.inflight = append(run.inflight, r)
+			if r.End.After(run.lastFail) {
+				run.lastFail = r.End
 			}
 		} else {
-			unexplained = append(unexplained, r)
+			run.unexplained = append(run.unexplained, r)
 		}
 	}
 	longFailed := 0
@@ -786,19 +850,15 @@ func TestKillBackend(t *testing.T) {
 			longFailed++
 		}
 	}
-	window := Between(recs, kill, end)
-	report.Fault(Figures{
-		Fault: "4. a backend killed (SIGKILL) mid-stream", Sent: len(window) + len(inflight), Failed: len(inflight) + len(unexplained),
-		Allowed: len(inflight), AllowedWhy: "the killed backend's streams in flight at the kill",
-		Moved: Moved(recs, kill, end), Recover: lastFail.Sub(kill),
-		RecoverWhy: "from the kill until the last of its in-flight streams ended, cut, for its client",
-	})
+	run.window = Between(recs, run.at, end)
+	run.moved = Moved(recs, run.at, end)
 	if longFailed != len(long) {
-		t.Errorf("%d of the %d long streams on the victim failed at the kill; the rest finished as if nothing happened", longFailed, len(long))
+		t.Errorf("%d of the %d long streams on the victim failed at the fault; the rest finished as if nothing happened", longFailed, len(long))
 	}
-	if len(unexplained) > 0 {
-		t.Errorf("%d failed turns were not the victim's in-flight streams:%s", len(unexplained), describe(unexplained))
+	if len(run.unexplained) > 0 {
+		t.Errorf("%d failed turns were not the victim's in-flight streams:%s", len(run.unexplained), describe(run.unexplained))
 	}
+	return run
 }
 
 // Scenario 6: SIGTERM to a replica during streams: its streams finish,

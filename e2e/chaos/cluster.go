@@ -55,6 +55,10 @@ const (
 	FirstByteTimeout    = 4 * time.Second
 	ShutdownTimeout     = 20 * time.Second
 	RedisTimeout        = 100 * time.Millisecond
+	// StreamIdleTimeout is far above modelsim's pause between tokens
+	// (milliseconds) and short enough for a frozen backend's streams to
+	// be cut within the scenario.
+	StreamIdleTimeout = 2 * time.Second
 )
 
 // Cluster is the processes of one run: modelsim backends, sidecar
@@ -123,6 +127,12 @@ func (b *Backend) Start() error {
 // Kill ends the backend with SIGKILL: its connections are closed by the
 // kernel, as when a pod's container is killed.
 func (b *Backend) Kill() { b.proc.Load().Kill() }
+
+// Freeze stops the backend with SIGSTOP, Thaw resumes it: meanwhile its
+// connections stay open and the kernel accepts new ones, but nothing is
+// read or sent, as with a worker hung in a GPU call or a node that stalls.
+func (b *Backend) Freeze() error { return b.proc.Load().Signal(syscall.SIGSTOP) }
+func (b *Backend) Thaw() error   { return b.proc.Load().Signal(syscall.SIGCONT) }
 
 // SetFault makes the backend fail every completion request (modelsim's
 // faults: reset, hang, error; none heals).
@@ -231,13 +241,14 @@ admin: %s
 store: %s
 proxy:
   firstByteTimeout: %s
+  streamIdleTimeout: %s
   shutdownTimeout: %s
   outlierDetection: {consecutiveFailures: %d}
 pools:
   - name: %s
     sessionSticky: {sources: [{type: Header, name: X-Session-ID}]}
     backends: {static: [%s]}
-`, r.Addr, r.Admin, store, FirstByteTimeout, ShutdownTimeout, ConsecutiveFailures, Pool, quoteAll(c.Addrs()))
+`, r.Addr, r.Admin, store, FirstByteTimeout, StreamIdleTimeout, ShutdownTimeout, ConsecutiveFailures, Pool, quoteAll(c.Addrs()))
 		if err := os.WriteFile(r.config, []byte(doc), 0o644); err != nil {
 			return err
 		}
