@@ -765,7 +765,7 @@ func TestFreezeBackend(t *testing.T) {
 	thaw()
 	report.Fault(Figures{
 		Fault: fmt.Sprintf("7. a backend frozen (SIGSTOP) mid-stream for %s", round(frozen)), Sent: len(run.window) + len(run.inflight),
-		Failed: len(run.inflight) + len(run.unexplained),
+		Failed:  len(run.inflight) + len(run.unexplained),
 		Allowed: len(run.inflight), AllowedWhy: "the frozen backend's streams in flight at the freeze, cut by the stream idle timeout",
 		Moved: run.moved, Recover: run.lastFail.Sub(run.at),
 		RecoverWhy: fmt.Sprintf("from the freeze until the last of its in-flight streams ended, cut, for its client (stream idle timeout %s)", StreamIdleTimeout),
