@@ -171,7 +171,8 @@ type Proxy struct {
 	// ShutdownTimeout is how long in-flight requests may drain on SIGTERM.
 	ShutdownTimeout Duration `json:"shutdownTimeout,omitempty"`
 	// BodyReadTimeout is how long a request body may go without a byte
-	// before the request is answered 408 and its connection closed.
+	// before the request is answered 408 and its connection closed (1 to
+	// 1.5 times it: the deadline is moved lazily, as streamIdleTimeout's).
 	BodyReadTimeout Duration `json:"bodyReadTimeout,omitempty"`
 	// StreamIdleTimeout is how long a request in flight may go without a
 	// byte moving once its body is read: the backend taking none of the

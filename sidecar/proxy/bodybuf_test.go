@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // TestBodiesGrowThroughOutgrownBuffers: bodies read one after another,
@@ -237,4 +238,38 @@ func (f *firstRead) Read(p []byte) (int, error) {
 		f.into = &p[0]
 	}
 	return f.r.Read(p)
+}
+
+// deadlineRecorder is a ResponseWriter whose connection's read deadline
+// http.ResponseController sets: it counts the deadlines set.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	set, cleared int
+}
+
+func (d *deadlineRecorder) SetReadDeadline(t time.Time) error {
+	if t.IsZero() {
+		d.cleared++
+	} else {
+		d.set++
+	}
+	return nil
+}
+
+// TestABodyInManyReadsMovesItsDeadlineOnce: a body read in some 250
+// reads (a 256 KiB prompt arriving 1 KiB at a time) sets the read deadline
+// once and clears it at the end, not a timer update per read: the
+// deadline is moved lazily (coarse.IdleDeadline), and a body that keeps
+// arriving stays within it.
+func TestABodyInManyReadsMovesItsDeadlineOnce(t *testing.T) {
+	sent := bytes.Repeat([]byte{'z'}, 256<<10)
+	r := httptest.NewRequest("POST", "/", io.NopCloser(&chunkedReader{data: sent, sizes: []byte{11}})) // 1,067 bytes a read
+	w := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	got, err := readBody(w, r, 1<<20, 5*time.Second)
+	if err != nil || !bytes.Equal(got, sent) {
+		t.Fatalf("got %d bytes, err %v; want all %d", len(got), err, len(sent))
+	}
+	if w.set != 1 || w.cleared != 1 {
+		t.Errorf("%d deadlines set and %d cleared for a body read 1,067 bytes at a time; want 1 and 1", w.set, w.cleared)
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherproxy/tether/sidecar/balance"
+	"github.com/tetherproxy/tether/sidecar/coarse"
 	"github.com/tetherproxy/tether/sidecar/metrics"
 	"github.com/tetherproxy/tether/sidecar/outlier"
 	"github.com/tetherproxy/tether/sidecar/reqbody"
@@ -117,7 +118,8 @@ type Options struct {
 	Now       func() time.Time
 
 	// BodyReadTimeout is how long reading a request body may go without
-	// a byte before the request gets 408; 0: no limit.
+	// a byte before the request gets 408 (1 to 1.5 times it, readBody);
+	// 0: no limit.
 	BodyReadTimeout time.Duration
 
 	// Body are the JSON body fields the listener's pools read (the pool's
@@ -183,8 +185,10 @@ const firstBodyBuffer = 16 << 10
 // client that announces large bodies and sends nothing can hold only as
 // much of as the pools hold. With idle > 0 the read fails once
 // idle passes without a byte (a read deadline on the connection, moved on
-// with every read and cleared at the end, since the server reads on
-// after the handler has the body to notice a client that goes away).
+// lazily, coarse.IdleDeadline: between idle and 1.5 idle after the last
+// byte, and a timer update per idle/2 rather than per read; cleared at
+// the end, since the server reads on after the handler has the body to
+// notice a client that goes away).
 // The buffers come from bodyBuffer: the caller gives the body's back
 // with freeBodyBuffer once nothing reads it (bodybuf.go).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Duration) ([]byte, error) {
@@ -192,6 +196,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 		return nil, nil
 	}
 	var rc *http.ResponseController
+	deadline := coarse.IdleDeadline{D: idle}
 	if idle > 0 && !buffered(r.Body) {
 		rc = http.NewResponseController(w)
 		defer rc.SetReadDeadline(time.Time{})
@@ -217,7 +222,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 				// ErrNotSupported (a writer that hides the connection)
 				// leaves the read without a deadline; the server's own
 				// still apply.
-				_ = rc.SetReadDeadline(time.Now().Add(idle))
+				if t, ok := deadline.Next(time.Now()); ok {
+					_ = rc.SetReadDeadline(t)
+				}
 			}
 			var n int
 			n, err = body.Read(buf[len(buf):cap(buf)])
