@@ -27,15 +27,20 @@ func goleakMain(m *testing.M) {
 	goleak.VerifyTestMain(m, append(testkit.LongLived(), goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"))...)
 }
 
-// start serves h on a loopback port and returns the server and address.
-func start(t *testing.T, s *Server) string {
+// start serves s on a loopback port and returns its address; wrap, if
+// given, wraps the listener.
+func start(t *testing.T, s *Server, wrap ...func(net.Listener) net.Listener) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
+	var serving net.Listener = ln
+	for _, w := range wrap {
+		serving = w(serving)
+	}
+	go func() { served <- s.Serve(serving) }()
 	t.Cleanup(func() {
 		s.Close()
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {

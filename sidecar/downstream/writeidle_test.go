@@ -23,21 +23,7 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// startSmall is start on a listener of smallBuffers.
-func startSmall(t *testing.T, s *Server) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(smallBuffers{ln}) }()
-	t.Cleanup(func() {
-		s.Close()
-		<-served
-	})
-	return ln.Addr().String()
-}
+func withSmallBuffers(ln net.Listener) net.Listener { return smallBuffers{ln} }
 
 // A client that sends its request and stops reading: the handler's
 // write fails with the write idle error, a timeout, and the connection
@@ -55,7 +41,7 @@ func TestWriteIdleTimeoutEndsAResponseTheClientDoesNotTake(t *testing.T) {
 		}
 		failed <- nil
 	})}
-	addr := startSmall(t, s)
+	addr := start(t, s, withSmallBuffers)
 	c, _ := dial(t, addr)
 	io.WriteString(c, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
 	var err error

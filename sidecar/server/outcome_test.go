@@ -76,20 +76,8 @@ func TestBackendGoneMidStream(t *testing.T) {
 		}
 	})
 	sc := startSidecar(t, configFor("default/m", []string{addr}, `[{type: Header, name: X-Session-ID}]`, ""))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", sc.url("default/m", "/v1/chat/completions"), strings.NewReader(`{"stream":true}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err == nil {
+	if got, err := readStream(t, sc); err == nil {
 		t.Fatalf("the cut stream ended cleanly for the client: %q", got)
-	}
-	if ctx.Err() != nil {
-		t.Fatal("the cut stream hung until the client gave up")
 	}
 	testkit.Eventually(t, 10*time.Second, "the access-log line", func() bool { return len(sc.accessLogs(t)) == 1 })
 	a := sc.accessLogs(t)[0]
@@ -102,6 +90,27 @@ func TestBackendGoneMidStream(t *testing.T) {
 	if got := sc.metric(t, "tether_backend_failures_total", "kind", "reset"); got != 1 {
 		t.Fatalf("failures{kind=reset} = %v", got)
 	}
+}
+
+// readStream sends a streamed chat completion to sc's pool default/m
+// and reads the response to its end or its cut: what the client got,
+// and the read's error (nil for a stream that ended cleanly). A stream
+// still open after 20 s fails the test: a cut stream must never hang.
+func readStream(t *testing.T, sc *sidecar) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", sc.url("default/m", "/v1/chat/completions"), strings.NewReader(`{"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ctx.Err() != nil {
+		t.Fatal("the stream hung until the client gave up")
+	}
+	return string(got), err
 }
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)

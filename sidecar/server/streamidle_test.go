@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -33,19 +32,7 @@ func TestAStreamThatStopsIsCutAfterTheIdleTimeout(t *testing.T) {
 		close(gone)
 	})
 	sc := startSidecar(t, configFor("default/m", []string{addr}, `[{type: Header, name: X-Session-ID}]`, streamIdle))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", sc.url("default/m", "/v1/chat/completions"), strings.NewReader(`{"stream":true}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if ctx.Err() != nil {
-		t.Fatal("the stopped stream hung until the client gave up")
-	}
-	if err == nil || !strings.Contains(string(got), "first") {
+	if got, err := readStream(t, sc); err == nil || !strings.Contains(got, "first") {
 		t.Fatalf("the client read %q, %v: want the first event, then the stream cut", got, err)
 	}
 	select {

@@ -158,21 +158,9 @@ func TestStreamIdleTimeoutEndsAWriteTheBackendDoesNotTake(t *testing.T) {
 // quiet for longer than the bound.
 func TestStreamIdleTimeoutLeavesAnUpgradedConnection(t *testing.T) {
 	const idle = 100 * time.Millisecond
-	addr := rawServer(t, func(c net.Conn, br *bufio.Reader, req *http.Request) {
-		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		line, _ := br.ReadString('\n')
-		io.WriteString(c, "echo "+line)
-	})
 	tr := newTransport(Options{StreamIdleTimeout: idle})
 	defer tr.CloseIdleConnections()
-	req, _ := http.NewRequest("GET", "http://"+addr, nil)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "echo")
-	resp, err := tr.RoundTrip(req)
-	if err != nil || resp.StatusCode != 101 {
-		t.Fatalf("%v %v", resp, err)
-	}
-	rwc := resp.Body.(io.ReadWriteCloser)
+	rwc := upgradeToEcho(t, tr)
 	defer rwc.Close()
 	time.Sleep(3 * idle)
 	io.WriteString(rwc, "ping\n")

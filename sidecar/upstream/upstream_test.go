@@ -501,13 +501,26 @@ func TestTrailersAndHead(t *testing.T) {
 }
 
 func TestUpgradeGivesTheConnection(t *testing.T) {
+	tr := newTransport(Options{})
+	defer tr.CloseIdleConnections()
+	rwc := upgradeToEcho(t, tr)
+	defer rwc.Close()
+	io.WriteString(rwc, "ping\n")
+	line, err := bufio.NewReader(rwc).ReadString('\n')
+	if line != "echo ping\n" {
+		t.Errorf("read %q %v", line, err)
+	}
+}
+
+// upgradeToEcho upgrades a connection through tr to a backend that
+// echoes one line after its 101 response, and returns the connection.
+func upgradeToEcho(t *testing.T, tr *Transport) io.ReadWriteCloser {
+	t.Helper()
 	addr := rawServer(t, func(c net.Conn, br *bufio.Reader, req *http.Request) {
 		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
 		line, _ := br.ReadString('\n')
 		io.WriteString(c, "echo "+line)
 	})
-	tr := newTransport(Options{})
-	defer tr.CloseIdleConnections()
 	req, _ := http.NewRequest("GET", "http://"+addr, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "echo")
@@ -519,12 +532,7 @@ func TestUpgradeGivesTheConnection(t *testing.T) {
 	if !ok {
 		t.Fatal("an upgraded response's body is not writable")
 	}
-	defer rwc.Close()
-	io.WriteString(rwc, "ping\n")
-	line, err := bufio.NewReader(rwc).ReadString('\n')
-	if line != "echo ping\n" {
-		t.Errorf("read %q %v", line, err)
-	}
+	return rwc
 }
 
 func TestDialErrorsAreDialOpErrors(t *testing.T) {
