@@ -40,12 +40,16 @@ const (
 	Reset Kind = "reset"
 	// Timeout: no response headers within the first-byte timeout.
 	Timeout Kind = "timeout"
+	// StreamIdle: the backend took no byte of the request, or sent none
+	// of its response body after the headers, for the stream idle
+	// timeout (a worker hung mid-stream).
+	StreamIdle Kind = "stream_idle"
 	// ServerError: a 5xx response.
 	ServerError Kind = "5xx"
 )
 
 // Kinds lists every Kind (metric children are taken once for each).
-var Kinds = []Kind{ConnectFailed, EmptyResponse, Reset, Timeout, ServerError}
+var Kinds = []Kind{ConnectFailed, EmptyResponse, Reset, Timeout, StreamIdle, ServerError}
 
 // Ejection reasons: the reason label of tether_backend_ejections_total.
 const (
@@ -128,7 +132,7 @@ func newMetrics(reg prometheus.Registerer, pool string, ejected func() float64) 
 	})
 	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tether_backend_failures_total", ConstLabels: labels,
-		Help: "Failed upstream requests counted by outlier detection, by kind (connect_failed, empty_response, reset, timeout, 5xx).",
+		Help: "Failed upstream requests counted by outlier detection, by kind (connect_failed, empty_response, reset, timeout, stream_idle, 5xx).",
 	}, []string{"kind"})
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tether_backends_ejected", ConstLabels: labels,

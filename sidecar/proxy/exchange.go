@@ -445,7 +445,7 @@ func (x *exchange) failed() (outlier.Kind, resolve.Reason) {
 	case isDialError(err):
 		kind, reason = outlier.ConnectFailed, resolve.ReasonConnectFailed
 	case isTimeout(err):
-		kind = outlier.Timeout
+		kind = timeoutKind(err)
 		if x.pool.RetryOnTimeout && errors.As(err, new(headerTimeoutError)) {
 			reason = resolve.ReasonTimeout
 		}
@@ -503,8 +503,9 @@ func (x *exchange) outcome() (string, error) {
 	return UpstreamReset, err
 }
 
-// report tells outlier detection how a response the backend sent ended.
-func (x *exchange) report(outcome string) {
+// report tells outlier detection how a response the backend sent ended
+// (err: the error that ended it early).
+func (x *exchange) report(outcome string, err error) {
 	o, id := x.pool.Outliers, x.d.Backend.ID
 	switch {
 	case x.status >= 500:
@@ -512,7 +513,7 @@ func (x *exchange) report(outcome string) {
 	case outcome == UpstreamReset:
 		o.Failure(id, outlier.Reset)
 	case outcome == Timeout:
-		o.Failure(id, outlier.Timeout)
+		o.Failure(id, timeoutKind(err))
 	case outcome == Completed:
 		o.Success(id)
 	}
@@ -527,7 +528,7 @@ func (x *exchange) finish() {
 	elapsed := now.Sub(x.start)
 	outcome, err := x.outcome()
 	if x.status != 0 {
-		x.report(outcome)
+		x.report(outcome, err)
 	}
 	code := x.code
 	if code == 0 {
@@ -613,6 +614,15 @@ func (h *Handler) logAccess(ctx context.Context, now time.Time, attrs []slog.Att
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// timeoutKind is the failure kind of a backend's timeout: the stream
+// idle timeout's, or the first-byte timeout's.
+func timeoutKind(err error) outlier.Kind {
+	if upstream.IsStreamIdle(err) {
+		return outlier.StreamIdle
+	}
+	return outlier.Timeout
+}
 
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }

@@ -20,7 +20,7 @@ const streamIdle = "proxy: {streamIdleTimeout: 300ms}"
 // headers and a first event, then nothing, with its connection open (a
 // hung worker): the client's stream is cut (not left waiting, not ended
 // as if complete), the backend's connection is closed, and the request
-// is logged and counted as a timeout of that backend.
+// is logged as a timeout, a stream_idle failure of that backend.
 func TestAStreamThatStopsIsCutAfterTheIdleTimeout(t *testing.T) {
 	gone := make(chan struct{})
 	addr := serve(t, func(w http.ResponseWriter, r *http.Request) {
@@ -48,8 +48,11 @@ func TestAStreamThatStopsIsCutAfterTheIdleTimeout(t *testing.T) {
 	if got := sc.metric(t, "tether_requests_total", "outcome", "timeout", "code", "200"); got != 1 {
 		t.Fatalf("tether_requests_total{outcome=timeout} = %v", got)
 	}
-	if got := sc.metric(t, "tether_backend_failures_total", "kind", "timeout"); got != 1 {
-		t.Fatalf("failures{kind=timeout} = %v", got)
+	if got := sc.metric(t, "tether_backend_failures_total", "kind", "stream_idle"); got != 1 {
+		t.Fatalf("failures{kind=stream_idle} = %v", got)
+	}
+	if got := sc.metric(t, "tether_backend_failures_total", "kind", "timeout"); got != 0 {
+		t.Fatalf("a stream that stopped counted as a first-byte timeout: failures{kind=timeout} = %v", got)
 	}
 }
 
@@ -93,7 +96,7 @@ func TestAClientThatStopsReadingIsLetGo(t *testing.T) {
 	if a.Outcome != "client_closed" || a.Error != "downstream: the client took no byte of the response for 300ms" {
 		t.Fatalf("logged as %+v, want outcome client_closed with the idle error", a)
 	}
-	for _, kind := range []string{"reset", "timeout", "5xx"} {
+	for _, kind := range []string{"reset", "timeout", "stream_idle", "5xx"} {
 		if got := sc.metric(t, "tether_backend_failures_total", "kind", kind); got != 0 {
 			t.Fatalf("a client that stopped reading counted as a backend failure (%s)", kind)
 		}
