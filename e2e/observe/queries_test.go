@@ -17,8 +17,9 @@ import (
 )
 
 // alertRules is how many alerts the rules file holds: the observability
-// issue's six and TetherLogLinesDropped (added with the log's drops).
-const alertRules = 7
+// issue's six, TetherLogLinesDropped (added with the log's drops) and
+// TetherBackendStreamsStalled (with the stream idle timeout).
+const alertRules = 8
 
 // The chart's files, from this package's directory.
 var (
@@ -240,7 +241,7 @@ func TestQueriesParse(t *testing.T) {
 		}
 	}
 	if alerts != alertRules {
-		t.Errorf("%d alerts, want %d: the issue's six and TetherLogLinesDropped", alerts, alertRules)
+		t.Errorf("%d alerts, want %d: the issue's six, TetherLogLinesDropped and TetherBackendStreamsStalled", alerts, alertRules)
 	}
 	t.Logf("%d dashboard queries and %d alert expressions parsed", panels, alerts)
 }
