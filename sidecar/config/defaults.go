@@ -30,14 +30,11 @@ const (
 	DefaultDialTimeout            = 2 * time.Second
 	DefaultShutdownTimeout        = 30 * time.Second
 	DefaultBodyReadTimeout        = 5 * time.Second
-	// DefaultStreamIdleTimeout is Envoy's stream_idle_timeout: far past
-	// any pause of a model that is generating.
-	DefaultStreamIdleTimeout     = 5 * time.Minute
-	DefaultMaxConcurrentRequests = 4096
-	DefaultPrefillHeader         = "x-prefiller-host-port"
-	DefaultMaxWaiting            = 8
-	DefaultLoadMargin            = 4
-	DefaultAffinityCooldown      = 30 * time.Second
+	DefaultMaxConcurrentRequests  = 4096
+	DefaultPrefillHeader          = "x-prefiller-host-port"
+	DefaultMaxWaiting             = 8
+	DefaultLoadMargin             = 4
+	DefaultAffinityCooldown       = 30 * time.Second
 	// DefaultCostMargin: the cost policy moves a pin when another backend
 	// is expected to reach the first token 25% sooner.
 	DefaultCostMargin         = 0.25
@@ -54,6 +51,9 @@ const (
 const (
 	// DefaultFirstByteTimeout is generous for long prefills behind a queue.
 	DefaultFirstByteTimeout = 120 * time.Second
+	// DefaultStreamIdleTimeout is Envoy's stream_idle_timeout: far past
+	// any pause of a model that is generating.
+	DefaultStreamIdleTimeout = 5 * time.Minute
 	// Outlier detection: Envoy's defaults, except the share of a pool that
 	// may be ejected at once (Envoy's 10% would never eject in a pool of
 	// fewer than ten backends but for its at-least-one rule).

@@ -186,10 +186,10 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, h hooks, header
 		resp.Body != http.NoBody && !(resp.Body == nil && resp.ContentLength <= int64(c.br.Buffered()))
 	if streams {
 		// The body (or the upgraded connection) is read from the
-		// connection, without awaitResponse's deadline. One the buffer
-		// holds whole reads nothing more: the deadline is left, a timer
-		// update spared, until the next round trip sets its own (alive's
-		// probe does not heed it).
+		// connection, under the stream idle deadline (or none) instead
+		// of awaitResponse's. One the buffer holds whole reads nothing
+		// more: the deadline is left, a timer update spared, until the
+		// next round trip sets its own (alive's probe does not heed it).
 		c.startBodyDeadline(resp)
 		w.start()
 	}
