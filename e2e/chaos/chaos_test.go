@@ -745,16 +745,7 @@ func TestKillBackend(t *testing.T) {
 func TestFreezeBackend(t *testing.T) {
 	c := gossipRing(t)
 	victim := c.Backends[3] // not one an earlier scenario ejected
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			if err := victim.Thaw(); err != nil {
-				t.Errorf("thaw: %v", err)
-			}
-		}
-	}
-	defer thaw()
+	defer victim.Thaw()     // should the test end frozen (SIGCONT twice is harmless)
 	freeze := func() {
 		if err := victim.Freeze(); err != nil {
 			t.Fatal(err)
@@ -762,7 +753,9 @@ func TestFreezeBackend(t *testing.T) {
 	}
 	const frozen = 3*StreamIdleTimeout/2 + 5*time.Second
 	run := faultMidStream(t, c, "freezebackend", victim, freeze, frozen)
-	thaw()
+	if err := victim.Thaw(); err != nil {
+		t.Errorf("thaw: %v", err)
+	}
 	report.Fault(Figures{
 		Fault: fmt.Sprintf("7. a backend frozen (SIGSTOP) mid-stream for %s", round(frozen)), Sent: len(run.window) + len(run.inflight),
 		Failed:  len(run.inflight) + len(run.unexplained),

@@ -1,7 +1,9 @@
 package coarse
 
 import (
+	"errors"
 	"net"
+	"os"
 	"time"
 )
 
@@ -63,4 +65,24 @@ func (d *IdleDeadline) Write(c net.Conn, p []byte) (int, error) {
 		}
 	}
 	return written, nil
+}
+
+// IdleError is the error of a read or write that waited an
+// IdleDeadline's bound: a timeout. What says who did not do what.
+type IdleError struct {
+	Pkg, What string // "upstream", "the backend sent no byte of its response"
+	D         time.Duration
+}
+
+func (e IdleError) Error() string { return e.Pkg + ": " + e.What + " for " + e.D.String() }
+func (IdleError) Timeout() bool   { return true }
+func (IdleError) Temporary() bool { return true }
+
+// Err is err as an IdleError (pkg, what) when the deadline's bound ended
+// the read or write it came from, else err itself.
+func (d *IdleDeadline) Err(err error, pkg, what string) error {
+	if err != nil && d.D > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		return IdleError{Pkg: pkg, What: what, D: d.D}
+	}
+	return err
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -239,25 +238,8 @@ type outWriter struct {
 
 func (o *outWriter) Write(p []byte) (int, error) {
 	n, err := o.idle.Write(o.nc, p)
-	if err != nil && o.idle.D > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		err = writeIdleError{o.idle.D}
-	}
-	return n, err
+	return n, o.idle.Err(err, "downstream", "the client took no byte of the response")
 }
-
-// writeIdleError is the error of a write that waited
-// Server.WriteIdleTimeout for the client. It is a timeout.
-type writeIdleError struct{ d time.Duration }
-
-func (e writeIdleError) Error() string {
-	return fmt.Sprintf("downstream: the client took no byte of the response for %s", e.d)
-}
-func (writeIdleError) Timeout() bool   { return true }
-func (writeIdleError) Temporary() bool { return true }
-
-// IsWriteIdle reports whether err is a response write's that
-// Server.WriteIdleTimeout ended.
-func IsWriteIdle(err error) bool { return errors.As(err, new(writeIdleError)) }
 
 // errTooLarge is a request line and header block over the server's limit.
 var errTooLarge = errors.New("request header fields too large")

@@ -66,7 +66,7 @@ type Server struct {
 	// WriteIdleTimeout bounds each wait for a client to take a byte of
 	// its response (one that stopped reading): past it the connection is
 	// closed and the handler's write fails with a timeout error
-	// (IsWriteIdle). 0: none. The deadline is moved lazily
+	// (a coarse.IdleError). 0: none. The deadline is moved lazily
 	// (coarse.IdleDeadline): a write fails 1 to 1.5 times it after the
 	// client's last byte taken.
 	WriteIdleTimeout time.Duration

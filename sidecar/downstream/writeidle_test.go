@@ -2,6 +2,7 @@ package downstream
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/coarse"
 )
 
 // smallBuffers is a listener whose connections send from a small socket
@@ -50,7 +53,7 @@ func TestWriteIdleTimeoutEndsAResponseTheClientDoesNotTake(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler still writes 10 s after its client stopped reading")
 	}
-	if !IsWriteIdle(err) || err.Error() != "downstream: the client took no byte of the response for 200ms" {
+	if !errors.As(err, new(coarse.IdleError)) || err.Error() != "downstream: the client took no byte of the response for 200ms" {
 		t.Fatalf("the handler's write: %v, want the write idle error", err)
 	}
 	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {

@@ -519,8 +519,8 @@ func (b *body) Read(p []byte) (int, error) {
 		switch {
 		case b.c.aborted.Load():
 			err = context.Canceled
-		case b.idle && errors.Is(err, os.ErrDeadlineExceeded):
-			err = idleError{d: b.c.readIdle.D, what: "sent no byte of its response"}
+		case b.idle:
+			err = b.c.readIdle.Err(err, "upstream", "the backend sent no byte of its response")
 		}
 		b.err = err
 		b.done = true

@@ -90,10 +90,7 @@ func (s *sender) Write(p []byte) (int, error) {
 // bytes bounded by the stream idle timeout (conn.writeIdle).
 func (s *sender) write(p []byte) (int, error) {
 	n, err := s.c.writeIdle.Write(s.c.nc, p)
-	if err != nil && s.c.writeIdle.D > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		err = idleError{d: s.c.writeIdle.D, what: "took no byte of the request"}
-	}
-	return n, err
+	return n, s.c.writeIdle.Err(err, "upstream", "the backend took no byte of the request")
 }
 
 // writeFD is the function RawConn.Read runs: first it writes the

@@ -31,6 +31,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/coarse"
 )
 
 // Options configure a Transport.
@@ -102,22 +104,9 @@ func (headerTimeout) Error() string   { return "upstream: no response headers in
 func (headerTimeout) Timeout() bool   { return true }
 func (headerTimeout) Temporary() bool { return true }
 
-// idleError is the error of a write or read that waited
-// Options.StreamIdleTimeout for the backend. It is a timeout.
-type idleError struct {
-	d    time.Duration
-	what string // what the backend did not do, after "the backend"
-}
-
-func (e idleError) Error() string {
-	return fmt.Sprintf("upstream: the backend %s for %s", e.what, e.d)
-}
-func (idleError) Timeout() bool   { return true }
-func (idleError) Temporary() bool { return true }
-
 // IsStreamIdle reports whether err is a round trip's or a response
-// body's that Options.StreamIdleTimeout ended.
-func IsStreamIdle(err error) bool { return errors.As(err, new(idleError)) }
+// body's that Options.StreamIdleTimeout ended (a coarse.IdleError).
+func IsStreamIdle(err error) bool { return errors.As(err, new(coarse.IdleError)) }
 
 // RoundTripHeaderTimeout is RoundTrip with the wait for the response
 // headers bounded by d, counted from the moment the request, body
