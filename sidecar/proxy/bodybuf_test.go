@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -59,8 +60,9 @@ func TestBodyClass(t *testing.T) {
 }
 
 // TestADeclaredBodyFillsItsBuffer: a body whose Content-Length is a
-// class's size ends in a buffer of that size (the end is read into a
-// byte of its own), and a body longer than it declared is read whole.
+// class's size ends in a buffer of that size (the end is read into its
+// last byte, kept aside), and a body longer than it declared is read
+// whole.
 func TestADeclaredBodyFillsItsBuffer(t *testing.T) {
 	for _, n := range []int{512, 16 << 10, 64 << 10, 256 << 10} {
 		sent := bytes.Repeat([]byte{'x'}, n)
@@ -76,6 +78,44 @@ func TestADeclaredBodyFillsItsBuffer(t *testing.T) {
 	r.ContentLength = 16 << 10
 	if got, err := readBody(httptest.NewRecorder(), r, 1<<20, 0); err != nil || !bytes.Equal(got, sent) {
 		t.Errorf("a body longer than declared: got %d bytes, err %v; want all %d", len(got), err, len(sent))
+	}
+}
+
+// TestAFullBufferEndsWithoutAnAllocation: the read that finds the end of
+// a body filling its buffer exactly (a declared length that is a class's
+// size) allocates nothing more than the read of a body one byte shorter,
+// whose end lands in its buffer's spare room. A byte of its own for that
+// read went to the heap: one allocation more per such body.
+func TestAFullBufferEndsWithoutAnAllocation(t *testing.T) {
+	// One P: a buffer given back on one P is in a slot of that P's
+	// (sync.Pool's private), so with two the pool's hits vary.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const size, runs = 16 << 10, 200
+	sent := bytes.Repeat([]byte{'x'}, size)
+	mallocs := func(n int) float64 {
+		w := httptest.NewRecorder()
+		rd := bytes.NewReader(sent[:n]) // the end on a read of its own
+		r := httptest.NewRequest("POST", "/", io.NopCloser(rd))
+		r.ContentLength = int64(n)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range runs {
+			rd.Reset(sent[:n])
+			r.Body = io.NopCloser(rd)
+			got, err := readBody(w, r, 1<<20, 0)
+			if err != nil || len(got) != n {
+				t.Fatalf("%d bytes: read %d, err %v", n, len(got), err)
+			}
+			freeBodyBuffer(got)
+		}
+		runtime.ReadMemStats(&after)
+		return float64(after.Mallocs-before.Mallocs) / runs
+	}
+	mallocs(size) // the pool filled
+	full, spare := mallocs(size), mallocs(size-1)
+	t.Logf("allocations per body: %.2f filling its buffer, %.2f with room to spare", full, spare)
+	if full-spare >= 0.5 {
+		t.Errorf("a body filling its buffer: %.2f allocations per read, %.2f for one a byte shorter; want no more", full, spare)
 	}
 }
 

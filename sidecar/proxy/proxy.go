@@ -229,17 +229,23 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, idle time.Dur
 			var n int
 			n, err = body.Read(buf[len(buf):cap(buf)])
 			buf = buf[:len(buf)+n]
-		case int64(len(buf)) == declared:
-			// Every declared byte is in: the end is one more read, into
-			// a byte of its own rather than a larger buffer.
-			var one [1]byte
+		case int64(len(buf)) == declared && declared > 0:
+			// Every declared byte is in and fills the buffer: the end is
+			// one more read, into the buffer's last byte (its value kept
+			// aside) rather than a larger buffer or a byte of its own,
+			// which the interface call would move to the heap.
+			last := len(buf) - 1
+			kept := buf[last]
 			var n int
-			if n, err = body.Read(one[:]); n > 0 {
+			n, err = body.Read(buf[last:])
+			extra := buf[last]
+			buf[last] = kept
+			if n > 0 {
 				// A body longer than it said (net/http's framing ends
 				// one at its length; another reader might not): read on
 				// as one of unknown length.
 				declared = -1
-				buf = append(growBody(buf, declared), one[0])
+				buf = append(growBody(buf, declared), extra)
 			}
 		default:
 			buf = growBody(buf, declared)
