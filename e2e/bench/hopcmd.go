@@ -33,6 +33,7 @@ type hopFlags struct {
 	closeEvery            int           // bench hop -close-every (the same)
 	logReaderPause        time.Duration // bench hop -log-reader-pause (the same)
 	promptBytes           int           // bench hop -prompt-bytes (the same)
+	idleConns             int           // bench hop -idle-conns (the same)
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
@@ -109,6 +110,10 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 		return o, fmt.Errorf("-prompt-bytes: %d, want 0 (the small body) or more", h.promptBytes)
 	}
 	o.PromptBytes = h.promptBytes
+	if h.idleConns < 0 {
+		return o, fmt.Errorf("-idle-conns: %d, want 0 (not measured) or more", h.idleConns)
+	}
+	o.IdleConns = h.idleConns
 	return o, nil
 }
 
@@ -124,6 +129,7 @@ func hopMain(ctx context.Context, args []string) error {
 	fs.IntVar(&h.closeEvery, "close-every", 0, "if set, every Nth request closes its connection once answered, as a client that ends its conversation does, and the next request opens a new one: each proxy then accepts, and sees hang up, rate/N connections a second (0: every connection is kept)")
 	fs.IntVar(&h.promptBytes, "prompt-bytes", 0, "if set, each request's body is padded to this many bytes, as a later turn's prompt holding the conversation so far (a 10-turn chat: tens of KiB; a long context: hundreds); 0: a body of about 130 bytes")
 	fs.DurationVar(&h.logReaderPause, "log-reader-pause", 0, "if set, each tether sidecar's stderr (its log) is a pipe the bench drains only every this long, taking all it holds at once, as a log reader that falls behind now and then: a sidecar logging more than the pipe's 64 KiB per pause finds it full (docs/hop-cost.md \"A log reader that falls behind\"); 0: a file")
+	fs.IntVar(&h.idleConns, "idle-conns", 0, "if set, after the points: what idle keep-alive client connections cost each proxy, as a router's pool of connections to its sidecar between bursts: this many opened, each after one request, then as many more; the resident memory the second step added per connection, and the proxy's CPU while all sit idle (every proxy needs twice this many descriptors, and the bench as many again)")
 	fs.DurationVar(&h.stalls, "stalls", 0, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (docs/hop-cost.md \"Where the tail comes from\")")
 	_ = fs.Parse(args)
 	if *runs < 1 {
@@ -197,6 +203,9 @@ func (h *hopFlags) String() string {
 	}
 	if h.promptBytes > 0 {
 		s += fmt.Sprintf(" -prompt-bytes %d", h.promptBytes)
+	}
+	if h.idleConns > 0 {
+		s += fmt.Sprintf(" -idle-conns %d", h.idleConns)
 	}
 	return s
 }

@@ -68,6 +68,15 @@ type Options struct {
 	// only every LogReaderPause (procs.Sidecar.StderrPause), where it is
 	// a file otherwise.
 	LogReaderPause time.Duration
+	// IdleConns, if set, measures after the points what idle keep-alive
+	// client connections cost each proxy (Results.Idle, IdleTable):
+	// IdleConns opened, then IdleConns more.
+	IdleConns int
+	// IdleFor is how long the idle connections sit before their memory
+	// is read, and then how long the proxy's CPU is counted (default 5
+	// s: long enough for a Go proxy whose heap grew by the connections'
+	// buffers to have collected it).
+	IdleFor time.Duration
 	// BaselineBinary is the tether-sidecar that TetherBaseline runs.
 	BaselineBinary string
 	// Reversed measures the proxies in the opposite order: `bench hop
@@ -95,6 +104,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.ProbeTime == 0 {
 		o.ProbeTime = 2 * time.Second
+	}
+	if o.IdleFor == 0 {
+		o.IdleFor = 5 * time.Second
 	}
 	if o.Skip == nil {
 		o.Skip = func(int) {}
@@ -198,6 +210,7 @@ type Results struct {
 	Opts   Options
 	Points []Point
 	Max    []MaxRate
+	Idle   []IdleCost // with Options.IdleConns, in the proxies' order
 }
 
 // Point returns the measurement of proxy at rate in mode, or nil.
@@ -264,6 +277,19 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 				return nil, err
 			}
 			res.Max = append(res.Max, max...)
+		}
+	}
+	if o.IdleConns > 0 {
+		for _, name := range o.order(0) {
+			if name == Direct {
+				continue
+			}
+			o.Step(fmt.Sprintf("hop %s %d idle connections", name, 2*o.IdleConns))
+			c, err := measureIdle(ctx, targets[name], o)
+			if err != nil {
+				return nil, err
+			}
+			res.Idle = append(res.Idle, c)
 		}
 	}
 	return res, nil

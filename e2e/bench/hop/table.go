@@ -151,4 +151,7 @@ func (r *Results) Print(w io.Writer) {
 	if t := r.ThreadsTable(); t != nil {
 		t.Text(w)
 	}
+	if t := r.IdleTable(); t != nil {
+		t.Text(w)
+	}
 }

@@ -90,13 +90,25 @@ func cpuOf(pid int) (user, system time.Duration) {
 	return time.Duration(ut) * clockTick, time.Duration(st) * clockTick
 }
 
-func hwmOf(pid int) int64 {
+// RSS is the process tree's resident memory now (VmRSS summed), bytes.
+func (p *Process) RSS() int64 {
+	var rss int64
+	for _, pid := range tree(p.Pid()) {
+		rss += statusBytes(pid, "VmRSS:")
+	}
+	return rss
+}
+
+func hwmOf(pid int) int64 { return statusBytes(pid, "VmHWM:") }
+
+// statusBytes is a memory field of /proc/<pid>/status (in kB there).
+func statusBytes(pid int, field string) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			return kb << 10
 		}

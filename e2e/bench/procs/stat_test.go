@@ -3,6 +3,7 @@ package procs
 import (
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -66,10 +67,20 @@ func TestMain(m *testing.M) {
 				os.Exit(2)
 			}
 		}
+	case "hold":
+		// Maps and populates heldBytes, keeps them, and waits.
+		if _, err := syscall.Mmap(-1, 0, heldBytes, syscall.PROT_READ|syscall.PROT_WRITE,
+			syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|syscall.MAP_POPULATE); err != nil {
+			os.Exit(2)
+		}
+		os.Stderr.WriteString("held\n")
 	}
 	time.Sleep(time.Minute)
 	os.Exit(0)
 }
+
+// heldBytes is what a "hold" child keeps resident.
+const heldBytes = 48 << 20
 
 // burnt starts a child burning the given way and returns its usage over
 // the burn from burnFrom until it has spent nearly burnFor (/proc counts
@@ -122,4 +133,20 @@ func startChild(t *testing.T, name, how string, stderrPause time.Duration) *Proc
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestRSSIsWhatIsResidentNow: a child holding a populated mapping has at
+// least its size resident, and no more than its peak.
+func TestRSSIsWhatIsResidentNow(t *testing.T) {
+	p := startChild(t, "hold", "hold", 0)
+	testkit.Eventually(t, 20*time.Second, "the child's mapping", func() error {
+		if !strings.Contains(p.Tail(5), "held") {
+			return fmt.Errorf("not held yet (exited: %v)", p.Exited())
+		}
+		return nil
+	})
+	rss, peak := p.RSS(), p.Usage().PeakRSS
+	if rss < heldBytes || rss > peak {
+		t.Errorf("RSS %d bytes with a %d-byte mapping held (peak %d): want at least the mapping, at most the peak", rss, heldBytes, peak)
+	}
 }

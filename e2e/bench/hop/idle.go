@@ -1,0 +1,128 @@
+package hop
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/table"
+)
+
+// IdleCost is what a proxy's idle keep-alive client connections cost it
+// (Options.IdleConns): clients that made a request each and keep their
+// connections for the next, as a router's pool of connections to its
+// sidecar does between bursts.
+type IdleCost struct {
+	Proxy string
+	// Conns connections were opened twice: the proxy's resident memory
+	// was read before (RSS0), after the first Conns (RSS1) and after the
+	// second (RSS2). The second step's growth is the cost per connection:
+	// the first also fills what the proxy freed after the points (a
+	// collected heap, pooled buffers) and so reads low.
+	Conns            int
+	RSS0, RSS1, RSS2 int64
+	// IdleCPU is the proxy's CPU while all 2×Conns sat idle for IdleFor:
+	// its timers, tickers and monitors.
+	IdleCPU, IdleFor time.Duration
+}
+
+// PerConn is the resident memory one more idle connection costs, bytes.
+func (c IdleCost) PerConn() float64 { return float64(c.RSS2-c.RSS1) / float64(c.Conns) }
+
+// measureIdle opens o.IdleConns connections to t twice, each after one
+// request of its own session, and reads what they cost the proxy.
+func measureIdle(ctx context.Context, t *target, o Options) (IdleCost, error) {
+	extra, err := HeaderLines(o.Headers)
+	if err != nil {
+		return IdleCost{}, err
+	}
+	n := o.IdleConns
+	c := newClient(t, nil, 2*n, NonStreaming, extra, o.PromptBytes)
+	var held []net.Conn
+	defer func() {
+		for _, nc := range held {
+			nc.Close()
+		}
+	}()
+	open := func(from int) error {
+		for i := from; i < from+n; i++ {
+			s := &c.sessions[i]
+			nc, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", s.pool.addr)
+			if err != nil {
+				return fmt.Errorf("%s: idle connection %d of %d: %w", t.name, i+1, 2*n, err)
+			}
+			held = append(held, nc)
+			// A small reader: the client's side is not measured, but
+			// 2×Conns of its default size would be the bench's memory.
+			keep, _, err := c.exchange(&conn{nc: nc, br: bufio.NewReaderSize(nc, 1024)}, s.req)
+			if err != nil || !keep {
+				return fmt.Errorf("%s: idle connection %d of %d: its request: keep-alive %v, err %v", t.name, i+1, 2*n, keep, err)
+			}
+			if err := nc.SetDeadline(time.Time{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	settle := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.IdleFor):
+			return t.proc.Exited()
+		}
+	}
+	cost := IdleCost{Proxy: t.name, Conns: n, IdleFor: o.IdleFor}
+	cost.RSS0 = t.proc.RSS()
+	if err := open(0); err != nil {
+		return cost, err
+	}
+	if err := settle(); err != nil {
+		return cost, err
+	}
+	cost.RSS1 = t.proc.RSS()
+	if err := open(n); err != nil {
+		return cost, err
+	}
+	if err := settle(); err != nil {
+		return cost, err
+	}
+	cost.RSS2 = t.proc.RSS()
+	before := t.proc.Usage().CPU
+	if err := settle(); err != nil {
+		return cost, err
+	}
+	cost.IdleCPU = t.proc.Usage().CPU - before
+	return cost, nil
+}
+
+// IdleTable is the idle connections' cost per proxy, or nil without it.
+func (r *Results) IdleTable() *table.Table {
+	if len(r.Idle) == 0 {
+		return nil
+	}
+	c0 := r.Idle[0]
+	t := &table.Table{
+		Title: fmt.Sprintf("idle keep-alive client connections, each after one request: resident memory a connection adds (%d opened, then %d more: the second step's growth ÷ %d), and the proxy's CPU while all %d sat idle for %v",
+			c0.Conns, c0.Conns, c0.Conns, 2*c0.Conns, c0.IdleFor),
+		Head: []string{"proxy", "KiB per connection", "÷ HAProxy", "RSS before, MiB", "after 2×", "idle CPU ms/s"},
+	}
+	var ha float64
+	for _, c := range r.Idle {
+		if c.Proxy == HAProxy {
+			ha = c.PerConn()
+		}
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+	for _, c := range r.Idle {
+		vs := "—"
+		if ha > 0 {
+			vs = Ratio(c.PerConn(), ha)
+		}
+		t.Add(Labels[c.Proxy], fmt.Sprintf("%.1f", c.PerConn()/1024), vs, mib(c.RSS0), mib(c.RSS2),
+			fmt.Sprintf("%.2f", float64(c.IdleCPU.Microseconds())/1000/c.IdleFor.Seconds()))
+	}
+	return t
+}
