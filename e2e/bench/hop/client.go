@@ -235,12 +235,18 @@ func (p *pool) get(ctx context.Context) (cn *conn, reused bool, err error) {
 	if cn != nil {
 		return cn, true, nil
 	}
+	cn, err = dial(ctx, p.addr, 8<<10)
+	return cn, false, err
+}
+
+// dial opens a connection to addr with a reader of readerSize bytes.
+func dial(ctx context.Context, addr string, readerSize int) (*conn, error) {
 	d := net.Dialer{Timeout: 2 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 8<<10)}, false, nil
+	return &conn{nc: nc, br: bufio.NewReaderSize(nc, readerSize)}, nil
 }
 
 func (p *pool) put(cn *conn) {

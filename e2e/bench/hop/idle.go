@@ -1,7 +1,6 @@
 package hop
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -49,18 +48,18 @@ func measureIdle(ctx context.Context, t *target, o Options) (IdleCost, error) {
 	open := func(from int) error {
 		for i := from; i < from+n; i++ {
 			s := &c.sessions[i]
-			nc, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", s.pool.addr)
+			// A small reader: the client's side is not measured, but
+			// 2×Conns of the load's size would be the bench's memory.
+			cn, err := dial(ctx, s.pool.addr, 1024)
 			if err != nil {
 				return fmt.Errorf("%s: idle connection %d of %d: %w", t.name, i+1, 2*n, err)
 			}
-			held = append(held, nc)
-			// A small reader: the client's side is not measured, but
-			// 2×Conns of its default size would be the bench's memory.
-			keep, _, err := c.exchange(&conn{nc: nc, br: bufio.NewReaderSize(nc, 1024)}, s.req)
+			held = append(held, cn.nc)
+			keep, _, err := c.exchange(cn, s.req)
 			if err != nil || !keep {
 				return fmt.Errorf("%s: idle connection %d of %d: its request: keep-alive %v, err %v", t.name, i+1, 2*n, keep, err)
 			}
-			if err := nc.SetDeadline(time.Time{}); err != nil {
+			if err := cn.nc.SetDeadline(time.Time{}); err != nil {
 				return err
 			}
 		}
