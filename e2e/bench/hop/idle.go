@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/bench/table"
@@ -94,7 +95,42 @@ func measureIdle(ctx context.Context, t *target, o Options) (IdleCost, error) {
 		return cost, err
 	}
 	cost.IdleCPU = t.proc.Usage().CPU - before
+	// A proxy that closed some while they idled (an idle timeout shorter
+	// than the measurement) would read cheaper than it is.
+	closed := 0
+	for _, nc := range held {
+		if closedByPeer(nc) {
+			closed++
+		}
+	}
+	if closed > 0 {
+		return cost, fmt.Errorf("%s: closed %d of its %d idle connections while they were measured", t.name, closed, len(held))
+	}
 	return cost, nil
+}
+
+// closedByPeer reports whether nc's peer has closed it (or it failed):
+// a peek that does not wait finds its end, or an error other than
+// nothing to read yet.
+func closedByPeer(nc net.Conn) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var buf [1]byte
+	closed := false
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = n == 0 && err == nil || err != nil && err != syscall.EAGAIN
+		return true
+	}); err != nil {
+		return true
+	}
+	return closed
 }
 
 // IdleTable is the idle connections' cost per proxy, or nil without it.

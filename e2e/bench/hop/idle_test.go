@@ -94,3 +94,37 @@ func TestIdleConnectionsCostWhatTheProxyHolds(t *testing.T) {
 		t.Errorf("the table: %+v", tab)
 	}
 }
+
+// TestAClosedConnectionIsSeen: closedByPeer tells a connection its peer
+// closed from one it keeps open.
+func TestAClosedConnectionIsSeen(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dial := func() (client, server net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, s
+	}
+	kept, _ := dial()
+	gone, peer := dial()
+	peer.Close()
+	testkit.Eventually(t, 5*time.Second, "the close to arrive", func() error {
+		if !closedByPeer(gone) {
+			return fmt.Errorf("a connection its peer closed reads as open")
+		}
+		return nil
+	})
+	if closedByPeer(kept) {
+		t.Error("a connection its peer keeps reads as closed")
+	}
+}
