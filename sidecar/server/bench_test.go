@@ -201,16 +201,6 @@ func BenchmarkRequestInFlight(b *testing.B) {
 	}()
 	body := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
 	addr := strings.TrimPrefix(sc.url("default/m", ""), "http://")
-	memory := func() (stacks, heap uint64) {
-		// Twice: the first collection moves what sync.Pools hold (idle
-		// 4 KiB buffers among them) to their victim caches, the second
-		// frees it, so the heap is what the requests hold.
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.StackInuse, m.HeapAlloc
-	}
 	// A batch's connections close after it; the next one starts from
 	// where the sidecar was before it (its goroutines gone, their memory
 	// collected), so each batch measures only what it holds.
@@ -227,7 +217,7 @@ func BenchmarkRequestInFlight(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		settle()
-		stacks0, heap0 := memory()
+		stacks0, heap0 := heldMemory()
 		cpu0 := cpuTime()
 		b.StartTimer()
 		clients := make([]net.Conn, inFlight)
@@ -248,7 +238,7 @@ func BenchmarkRequestInFlight(b *testing.B) {
 		b.StopTimer()
 		time.Sleep(100 * time.Millisecond) // past the watches' start
 		cpu += cpuTime() - cpu0
-		stacks1, heap1 := memory()
+		stacks1, heap1 := heldMemory()
 		cpu1 := cpuTime()
 		stacks += float64(stacks1) - float64(stacks0)
 		heap += float64(heap1) - float64(heap0)
@@ -267,6 +257,80 @@ func BenchmarkRequestInFlight(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*inFlight), "cpu-ns/req")
 	b.ReportMetric(stacks/float64(b.N*inFlight), "stack-B/req")
 	b.ReportMetric(heap/float64(b.N*inFlight), "heap-B/req")
+}
+
+// heldMemory is the process's goroutine stacks and live heap, bytes.
+func heldMemory() (stacks, heap uint64) {
+	// Twice: the first collection moves what sync.Pools hold (idle
+	// 4 KiB buffers among them) to their victim caches, the second
+	// frees it, so the heap is what is held.
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.StackInuse, m.HeapAlloc
+}
+
+// BenchmarkIdleConnection is the memory a keep-alive client connection
+// holds between its requests, as a router's pool of connections to its
+// sidecar does between bursts: an operation is a batch of idle
+// connections, each opened and given one request of its own session,
+// answered, and kept; with all of them idle, the goroutine stacks and
+// live heap they hold are reported per connection. The heap includes the
+// benchmark's side of each connection (a net.Conn and a 4 KiB reader)
+// and the session's binding. `bench hop -idle-conns` measures the same
+// as resident memory of a running sidecar, beside other proxies
+// (docs/hop-cost.md "Idle keep-alive connections, and an idle sidecar").
+//
+//	go test -run '^$' -bench IdleConnection ./sidecar/server/
+func BenchmarkIdleConnection(b *testing.B) {
+	const idleConns = 1000
+	warn := new(slog.LevelVar) // no access log: its lines would count in the heap
+	warn.Set(slog.LevelWarn)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	}))
+	defer backend.Close()
+	sc := startSidecar(b, configFor("default/m", []string{strings.TrimPrefix(backend.URL, "http://")}, `[{type: Header, name: X-Session-ID}]`, ""),
+		func(d *server.Deps) { d.LogLevel = warn })
+	addr := strings.TrimPrefix(sc.url("default/m", ""), "http://")
+	body := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+	idle := runtime.NumGoroutine()
+	var stacks, heap float64
+	session := 0
+	for range b.N {
+		b.StopTimer()
+		testkit.Eventually(b, 10*time.Second, "the batch's goroutines ended", func() bool { return runtime.NumGoroutine() <= idle })
+		stacks0, heap0 := heldMemory()
+		b.StartTimer()
+		clients := make([]net.Conn, idleConns)
+		for i := range clients {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			clients[i] = c
+			session++
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m\r\nContent-Type: application/json\r\nX-Session-ID: idle-%d\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != 200 || resp.Close {
+				b.Fatalf("answer: %v %v", resp, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+		}
+		b.StopTimer()
+		stacks1, heap1 := heldMemory()
+		stacks += float64(stacks1) - float64(stacks0)
+		heap += float64(heap1) - float64(heap0)
+		for _, c := range clients {
+			c.Close()
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(stacks/float64(b.N*idleConns), "stack-B/conn")
+	b.ReportMetric(heap/float64(b.N*idleConns), "heap-B/conn")
 }
 
 // post sends one benchmark request with the session header and reads the
