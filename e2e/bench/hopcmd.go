@@ -34,6 +34,7 @@ type hopFlags struct {
 	logReaderPause        time.Duration // bench hop -log-reader-pause (the same)
 	promptBytes           int           // bench hop -prompt-bytes (the same)
 	idleConns             int           // bench hop -idle-conns (the same)
+	idleHeld              int           // bench hop -idle-held (the same)
 }
 
 func (h *hopFlags) register(fs *flag.FlagSet, d hopFlags) {
@@ -114,6 +115,10 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 		return o, fmt.Errorf("-idle-conns: %d, want 0 (not measured) or more", h.idleConns)
 	}
 	o.IdleConns = h.idleConns
+	if h.idleHeld < 0 {
+		return o, fmt.Errorf("-idle-held: %d, want 0 (none) or more", h.idleHeld)
+	}
+	o.IdleHeld = h.idleHeld
 	return o, nil
 }
 
@@ -130,6 +135,7 @@ func hopMain(ctx context.Context, args []string) error {
 	fs.IntVar(&h.promptBytes, "prompt-bytes", 0, "if set, each request's body is padded to this many bytes, as a later turn's prompt holding the conversation so far (a 10-turn chat: tens of KiB; a long context: hundreds); 0: a body of about 130 bytes")
 	fs.DurationVar(&h.logReaderPause, "log-reader-pause", 0, "if set, each tether sidecar's stderr (its log) is a pipe the bench drains only every this long, taking all it holds at once, as a log reader that falls behind now and then: a sidecar logging more than the pipe's 64 KiB per pause finds it full (docs/hop-cost.md \"A log reader that falls behind\"); 0: a file")
 	fs.IntVar(&h.idleConns, "idle-conns", 0, "if set, after the points: what idle keep-alive client connections cost each proxy, as a router's pool of connections to its sidecar between bursts: this many opened, each after one request, then as many more; the resident memory the second step added per connection, and the proxy's CPU while all sit idle (every proxy needs twice this many descriptors, and the bench as many again)")
+	fs.IntVar(&h.idleHeld, "idle-held", 0, "if set, this many idle keep-alive client connections opened to every proxy before the points (each after one request) and held through them: the load beside a router's pool of idle connections (the bench needs this many descriptors per proxy, each proxy as many)")
 	fs.DurationVar(&h.stalls, "stalls", 0, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (docs/hop-cost.md \"Where the tail comes from\")")
 	_ = fs.Parse(args)
 	if *runs < 1 {
@@ -206,6 +212,9 @@ func (h *hopFlags) String() string {
 	}
 	if h.idleConns > 0 {
 		s += fmt.Sprintf(" -idle-conns %d", h.idleConns)
+	}
+	if h.idleHeld > 0 {
+		s += fmt.Sprintf(" -idle-held %d", h.idleHeld)
 	}
 	return s
 }

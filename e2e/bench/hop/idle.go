@@ -41,30 +41,10 @@ func measureIdle(ctx context.Context, t *target, o Options) (IdleCost, error) {
 	n := o.IdleConns
 	c := newClient(t, nil, 2*n, NonStreaming, extra, o.PromptBytes)
 	var held []net.Conn
-	defer func() {
-		for _, nc := range held {
-			nc.Close()
-		}
-	}()
-	open := func(from int) error {
-		for i := from; i < from+n; i++ {
-			s := &c.sessions[i]
-			// A small reader: the client's side is not measured, but
-			// 2×Conns of the load's size would be the bench's memory.
-			cn, err := dial(ctx, s.pool.addr, 1024)
-			if err != nil {
-				return fmt.Errorf("%s: idle connection %d of %d: %w", t.name, i+1, 2*n, err)
-			}
-			held = append(held, cn.nc)
-			keep, _, err := c.exchange(cn, s.req)
-			if err != nil || !keep {
-				return fmt.Errorf("%s: idle connection %d of %d: its request: keep-alive %v, err %v", t.name, i+1, 2*n, keep, err)
-			}
-			if err := cn.nc.SetDeadline(time.Time{}); err != nil {
-				return err
-			}
-		}
-		return nil
+	defer func() { closeAll(held) }()
+	open := func(from int) (err error) {
+		held, err = openIdle(ctx, t, c, from, n, held)
+		return err
 	}
 	settle := func() error {
 		select {
@@ -107,6 +87,56 @@ func measureIdle(ctx context.Context, t *target, o Options) (IdleCost, error) {
 		return cost, fmt.Errorf("%s: closed %d of its %d idle connections while they were measured", t.name, closed, len(held))
 	}
 	return cost, nil
+}
+
+// openIdle opens n connections to t, each sending request from..from+n-1
+// of c's sessions and reading its answer, and appends them to held,
+// which it returns (with those opened before an error).
+func openIdle(ctx context.Context, t *target, c *client, from, n int, held []net.Conn) ([]net.Conn, error) {
+	for i := from; i < from+n; i++ {
+		s := &c.sessions[i]
+		// A small reader: the client's side is not measured, but
+		// thousands of the load's size would be the bench's memory.
+		cn, err := dial(ctx, s.pool.addr, 1024)
+		if err != nil {
+			return held, fmt.Errorf("%s: idle connection %d: %w", t.name, i+1, err)
+		}
+		held = append(held, cn.nc)
+		keep, _, err := c.exchange(cn, s.req)
+		if err != nil || !keep {
+			return held, fmt.Errorf("%s: idle connection %d: its request: keep-alive %v, err %v", t.name, i+1, keep, err)
+		}
+		if err := cn.nc.SetDeadline(time.Time{}); err != nil {
+			return held, err
+		}
+	}
+	return held, nil
+}
+
+func closeAll(conns []net.Conn) {
+	for _, nc := range conns {
+		nc.Close()
+	}
+}
+
+// holdIdle opens o.IdleHeld idle connections to every proxy but direct,
+// to be held through the points; the caller closes them.
+func holdIdle(ctx context.Context, o Options, targets map[string]*target) ([]net.Conn, error) {
+	extra, err := HeaderLines(o.Headers)
+	if err != nil {
+		return nil, err
+	}
+	var held []net.Conn
+	for _, name := range o.Proxies {
+		if name == Direct {
+			continue
+		}
+		c := newClient(targets[name], nil, o.IdleHeld, NonStreaming, extra, o.PromptBytes)
+		if held, err = openIdle(ctx, targets[name], c, 0, o.IdleHeld, held); err != nil {
+			return held, err
+		}
+	}
+	return held, nil
 }
 
 // closedByPeer reports whether nc's peer has closed it (or it failed):

@@ -89,6 +89,18 @@ func TestIdleConnectionsCostWhatTheProxyHolds(t *testing.T) {
 	if per := cost.PerConn(); per < heldPerConn || per > 16*heldPerConn {
 		t.Errorf("%.0f bytes per idle connection of a server holding %d for each: want at least that, and not 16 times it", per, heldPerConn)
 	}
+	// Held through the points: IdleHeld to every proxy but direct.
+	o.Proxies, o.IdleHeld = []string{Direct, HAProxy}, 10
+	held, err := holdIdle(context.Background(), o, map[string]*target{HAProxy: {name: HAProxy, url: "http://" + addr, proc: p}})
+	defer closeAll(held)
+	if err != nil || len(held) != 10 {
+		t.Fatalf("held %d idle connections, err %v; want 10", len(held), err)
+	}
+	for _, nc := range held {
+		if closedByPeer(nc) {
+			t.Fatal("a held idle connection is closed")
+		}
+	}
 	tab := (&Results{Idle: []IdleCost{cost}}).IdleTable()
 	if tab == nil || len(tab.Rows) != 1 || tab.Rows[0][0] != Labels[HAProxy] || tab.Rows[0][2] != "1.00×" {
 		t.Errorf("the table: %+v", tab)

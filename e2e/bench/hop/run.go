@@ -72,6 +72,12 @@ type Options struct {
 	// client connections cost each proxy (Results.Idle, IdleTable):
 	// IdleConns opened, then IdleConns more.
 	IdleConns int
+	// IdleHeld, if set, opens this many idle keep-alive connections to
+	// every proxy before the points (each after one request) and holds
+	// them through all of them: the load measured beside a router's pool
+	// of idle connections (the collector scans each one's goroutine, the
+	// poller holds each one's descriptor).
+	IdleHeld int
 	// IdleFor is how long the idle connections sit before their memory
 	// is read, and then how long the proxy's CPU is counted (default 5
 	// s: long enough for a Go proxy whose heap grew by the connections'
@@ -249,6 +255,14 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		targets[name] = t
+	}
+	if o.IdleHeld > 0 {
+		o.Step(fmt.Sprintf("hop: %d idle connections to each proxy, held through the points", o.IdleHeld))
+		held, err := holdIdle(ctx, o, targets)
+		defer closeAll(held)
+		if err != nil {
+			return nil, err
+		}
 	}
 	res := &Results{Opts: o}
 	for _, mode := range o.Modes {

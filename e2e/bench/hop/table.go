@@ -54,6 +54,9 @@ func (r *Results) Setup() string {
 	if o.PromptBytes > 0 {
 		fields += fmt.Sprintf(", bodies of %d bytes (-prompt-bytes)", o.PromptBytes)
 	}
+	if o.IdleHeld > 0 {
+		conns += fmt.Sprintf("; %d more idle keep-alive connections to each proxy held through the points (-idle-held)", o.IdleHeld)
+	}
 	logTo := ""
 	if o.LogReaderPause > 0 {
 		logTo = fmt.Sprintf("; tether's log to a pipe drained every %v (-log-reader-pause)", o.LogReaderPause)
