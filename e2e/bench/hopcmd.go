@@ -99,26 +99,25 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 	o.StallsOver = h.stalls
 	o.Threads = h.threads
 	o.Pause = h.pause
-	if h.closeEvery < 0 {
-		return o, fmt.Errorf("-close-every: %d, want 0 (keep every connection) or more", h.closeEvery)
-	}
-	o.CloseEvery = h.closeEvery
 	if h.logReaderPause < 0 {
 		return o, fmt.Errorf("-log-reader-pause: %v, want 0 (the log to a file) or more", h.logReaderPause)
 	}
 	o.LogReaderPause = h.logReaderPause
-	if h.promptBytes < 0 {
-		return o, fmt.Errorf("-prompt-bytes: %d, want 0 (the small body) or more", h.promptBytes)
+	for _, f := range []struct {
+		name, zero string
+		v          int
+		to         *int
+	}{
+		{"-close-every", "keep every connection", h.closeEvery, &o.CloseEvery},
+		{"-prompt-bytes", "the small body", h.promptBytes, &o.PromptBytes},
+		{"-idle-conns", "not measured", h.idleConns, &o.IdleConns},
+		{"-idle-held", "none", h.idleHeld, &o.IdleHeld},
+	} {
+		if f.v < 0 {
+			return o, fmt.Errorf("%s: %d, want 0 (%s) or more", f.name, f.v, f.zero)
+		}
+		*f.to = f.v
 	}
-	o.PromptBytes = h.promptBytes
-	if h.idleConns < 0 {
-		return o, fmt.Errorf("-idle-conns: %d, want 0 (not measured) or more", h.idleConns)
-	}
-	o.IdleConns = h.idleConns
-	if h.idleHeld < 0 {
-		return o, fmt.Errorf("-idle-held: %d, want 0 (none) or more", h.idleHeld)
-	}
-	o.IdleHeld = h.idleHeld
 	return o, nil
 }
 

@@ -199,7 +199,6 @@ func BenchmarkRequestInFlight(b *testing.B) {
 			}
 		}
 	}()
-	body := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
 	addr := strings.TrimPrefix(sc.url("default/m", ""), "http://")
 	// A batch's connections close after it; the next one starts from
 	// where the sidecar was before it (its goroutines gone, their memory
@@ -222,13 +221,8 @@ func BenchmarkRequestInFlight(b *testing.B) {
 		b.StartTimer()
 		clients := make([]net.Conn, inFlight)
 		for i := range clients {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				b.Fatal(err)
-			}
-			clients[i] = c
 			session++
-			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m\r\nContent-Type: application/json\r\nX-Session-ID: in-flight-%d\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+			clients[i] = sendChat(b, addr, fmt.Sprint("in-flight-", session))
 		}
 		select {
 		case <-held:
@@ -257,6 +251,18 @@ func BenchmarkRequestInFlight(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*inFlight), "cpu-ns/req")
 	b.ReportMetric(stacks/float64(b.N*inFlight), "stack-B/req")
 	b.ReportMetric(heap/float64(b.N*inFlight), "heap-B/req")
+}
+
+// sendChat opens a connection to addr and writes a small chat request of
+// session on it.
+func sendChat(b *testing.B, addr, session string) net.Conn {
+	const body = `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m\r\nContent-Type: application/json\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+	return c
 }
 
 // heldMemory is the process's goroutine stacks and live heap, bytes.
@@ -296,7 +302,6 @@ func BenchmarkIdleConnection(b *testing.B) {
 	sc := startSidecar(b, configFor("default/m", []string{strings.TrimPrefix(backend.URL, "http://")}, `[{type: Header, name: X-Session-ID}]`, ""),
 		func(d *server.Deps) { d.LogLevel = warn })
 	addr := strings.TrimPrefix(sc.url("default/m", ""), "http://")
-	body := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
 	idle := runtime.NumGoroutine()
 	var stacks, heap float64
 	session := 0
@@ -307,13 +312,9 @@ func BenchmarkIdleConnection(b *testing.B) {
 		b.StartTimer()
 		clients := make([]net.Conn, idleConns)
 		for i := range clients {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				b.Fatal(err)
-			}
-			clients[i] = c
 			session++
-			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m\r\nContent-Type: application/json\r\nX-Session-ID: idle-%d\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+			c := sendChat(b, addr, fmt.Sprint("idle-", session))
+			clients[i] = c
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil || resp.StatusCode != 200 || resp.Close {
 				b.Fatalf("answer: %v %v", resp, err)
