@@ -283,8 +283,8 @@ func heldMemory() (stacks, heap uint64) {
 // connections, each opened and given one request of its own session,
 // answered, and kept; with all of them idle, the goroutine stacks and
 // live heap they hold are reported per connection. The heap includes the
-// benchmark's side of each connection (a net.Conn and a 4 KiB reader)
-// and the session's binding. `bench hop -idle-conns` measures the same
+// benchmark's side of each connection (its net.Conn; the reader of its
+// answer is garbage by then) and the session's binding. `bench hop -idle-conns` measures the same
 // as resident memory of a running sidecar, beside other proxies
 // (docs/hop-cost.md "Idle keep-alive connections, and an idle sidecar").
 //
