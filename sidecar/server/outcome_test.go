@@ -92,19 +92,28 @@ func TestBackendGoneMidStream(t *testing.T) {
 	}
 }
 
-// readStream sends a streamed chat completion to sc's pool default/m
-// and reads the response to its end or its cut: what the client got,
-// and the read's error (nil for a stream that ended cleanly). A stream
-// still open after 20 s fails the test: a cut stream must never hang.
-func readStream(t *testing.T, sc *sidecar) (string, error) {
+// postStream sends a streamed chat completion to sc's pool default/m,
+// bounded by 20 s (the bound's context, cancelled when the test ends, is
+// returned with the response).
+func postStream(t *testing.T, sc *sidecar) (*http.Response, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, "POST", sc.url("default/m", "/v1/chat/completions"), strings.NewReader(`{"stream":true}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp, ctx
+}
+
+// readStream sends a streamed chat completion (postStream) and reads the
+// response to its end or its cut: what the client got, and the read's
+// error (nil for a stream that ended cleanly). A stream still open after
+// 20 s fails the test: a cut stream must never hang.
+func readStream(t *testing.T, sc *sidecar) (string, error) {
+	t.Helper()
+	resp, ctx := postStream(t, sc)
 	got, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if ctx.Err() != nil {

@@ -24,13 +24,7 @@ func TestStreamingChunksArriveBeforeStreamEnds(t *testing.T) {
 	defer close(release)
 	sc := startSidecar(t, configFor("default/m", []string{heldStream(t, release)}, `[{type: Header, name: X-Session-ID}]`, ""))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", sc.url("default/m", "/v1/chat/completions"), strings.NewReader(`{"stream":true}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, _ := postStream(t, sc)
 	defer resp.Body.Close()
 	line, err := bufio.NewReader(resp.Body).ReadString('\n')
 	if err != nil {

@@ -520,7 +520,7 @@ func (b *body) Read(p []byte) (int, error) {
 		case b.c.aborted.Load():
 			err = context.Canceled
 		case b.idle:
-			err = b.c.readIdle.Err(err, "upstream", "the backend sent no byte of its response")
+			err = b.c.readIdle.Err(err, idlePkg, "the backend sent no byte of its response")
 		}
 		b.err = err
 		b.done = true

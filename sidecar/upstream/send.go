@@ -90,7 +90,7 @@ func (s *sender) Write(p []byte) (int, error) {
 // bytes bounded by the stream idle timeout (conn.writeIdle).
 func (s *sender) write(p []byte) (int, error) {
 	n, err := s.c.writeIdle.Write(s.c.nc, p)
-	return n, s.c.writeIdle.Err(err, "upstream", "the backend took no byte of the request")
+	return n, s.c.writeIdle.Err(err, idlePkg, "the backend took no byte of the request")
 }
 
 // writeFD is the function RawConn.Read runs: first it writes the

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tetherproxy/tether/sidecar/coarse"
 )
 
 // A stream that stops after its first event: the next read fails with
@@ -67,6 +69,9 @@ func TestStreamIdleTimeoutEndsAStreamThatStops(t *testing.T) {
 	}
 	if want := "upstream: the backend sent no byte of its response for 200ms"; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
+	}
+	if IsStreamIdle(coarse.IdleError{Pkg: "downstream", What: "the client took no byte of the response", D: time.Second}) {
+		t.Error("the client's side's idle error reads as the backend's")
 	}
 	if waited < idle {
 		t.Errorf("failed after %v, before the bound", waited)

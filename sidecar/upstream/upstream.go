@@ -104,9 +104,17 @@ func (headerTimeout) Error() string   { return "upstream: no response headers in
 func (headerTimeout) Timeout() bool   { return true }
 func (headerTimeout) Temporary() bool { return true }
 
+// idlePkg names this package in its coarse.IdleErrors, which tells them
+// from those of the client's side (package downstream's).
+const idlePkg = "upstream"
+
 // IsStreamIdle reports whether err is a round trip's or a response
-// body's that Options.StreamIdleTimeout ended (a coarse.IdleError).
-func IsStreamIdle(err error) bool { return errors.As(err, new(coarse.IdleError)) }
+// body's that Options.StreamIdleTimeout ended (a coarse.IdleError of
+// this package's).
+func IsStreamIdle(err error) bool {
+	var e coarse.IdleError
+	return errors.As(err, &e) && e.Pkg == idlePkg
+}
 
 // RoundTripHeaderTimeout is RoundTrip with the wait for the response
 // headers bounded by d, counted from the moment the request, body
