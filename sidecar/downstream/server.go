@@ -43,6 +43,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +144,16 @@ func (s *Server) Serve(ln net.Listener) error {
 			return http.ErrServerClosed
 		}
 		go c.serve()
+		// The new connection's goroutine, and the requests already in,
+		// run before the next accept: the loop goes to the back of the
+		// scheduler's queue. Accepting a burst of connections whole
+		// (clients open one per request while the sidecar is slow, as at
+		// a cold start) would start every one of their requests ahead of
+		// the backends' answers to those before, so that none completes
+		// and the clients open more. HAProxy bounds its accepts per loop
+		// (tune.maxaccept) and nginx takes one per event (multi_accept
+		// off) for the same reason.
+		runtime.Gosched()
 	}
 }
 
