@@ -28,8 +28,8 @@ func TestAcceptedConnectionsRunBeforeTheNextAccept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Every connection is in the listener's queue, its request with it,
-	// once the last one's bytes are (loopback delivers them in order).
+	// Loopback delivers a write before it returns: every connection is
+	// in the listener's queue with its request. The pause is a margin.
 	time.Sleep(50 * time.Millisecond)
 
 	acceptedAtFirst := make(chan int, 1)

@@ -29,6 +29,10 @@
 // response that ends within its first 2 KiB gets one, anything else is
 // chunked (close-delimited for an HTTP/1.0 client), trailers included.
 //
+// Connections are accepted one at a time behind the work already in
+// (Serve yields after each accept, where net/http's loop takes every
+// waiting connection at once; why is at the yield).
+//
 // What it does not do, since the proxy needs none of it: TLS, HTTP/2,
 // hijacking (upgrades), and the ConnState and ConnContext hooks. Two
 // requests are judged by their Host as http.ReadRequest leaves it, since
