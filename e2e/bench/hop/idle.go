@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherproxy/tether/e2e/bench/table"
+	"github.com/tetherproxy/tether/sidecar/peek"
 )
 
 // IdleCost is what a proxy's idle keep-alive client connections cost it
@@ -140,8 +141,8 @@ func holdIdle(ctx context.Context, o Options, targets map[string]*target) ([]net
 }
 
 // closedByPeer reports whether nc's peer has closed it (or it failed):
-// a peek that does not wait finds its end, or an error other than
-// nothing to read yet.
+// a peek that does not wait (package peek, the sidecar's own) finds its
+// end or an error rather than nothing to read yet.
 func closedByPeer(nc net.Conn) bool {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
@@ -151,16 +152,9 @@ func closedByPeer(nc net.Conn) bool {
 	if err != nil {
 		return true
 	}
-	var buf [1]byte
-	closed := false
-	if err := raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		closed = n == 0 && err == nil || err != nil && err != syscall.EAGAIN
-		return true
-	}); err != nil {
-		return true
-	}
-	return closed
+	var p peek.Prober
+	n, errno, err := p.Probe(raw)
+	return err != nil || n == 0 && !peek.Empty(errno)
 }
 
 // IdleTable is the idle connections' cost per proxy, or nil without it.
