@@ -17,11 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	// The sidecar's image holds nothing but the binary: no CA bundle.
-	// These roots are used only when the system has none, so a Redis
-	// with TLS (store.redis.tls) verifies against the public CAs there.
-	_ "golang.org/x/crypto/x509roots/fallback"
-
 	"github.com/tetherproxy/tether/sidecar/buildinfo"
 	"github.com/tetherproxy/tether/sidecar/config"
 	"github.com/tetherproxy/tether/sidecar/gcfloor"

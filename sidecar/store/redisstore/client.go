@@ -99,10 +99,12 @@ func universalOptions(cfg *config.RedisStore, password string) (*redis.Universal
 		o.SentinelPassword = password
 	}
 	if cfg.TLS {
-		// System roots unless caFile; go-redis sets ServerName from each
-		// node's host.
+		// System roots unless caFile (the bundle's where the system has
+		// none); go-redis sets ServerName from each node's host.
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.CAFile != "" {
+		if cfg.CAFile == "" {
+			useFallbackRoots()
+		} else {
 			roots, err := readCAFile(cfg.CAFile)
 			if err != nil {
 				return nil, err
