@@ -24,6 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(joinAddrEnv); addr != "" {
+		os.Exit(joinAndReport(addr)) // BenchmarkStateTransfer's joiner
+	}
 	code := m.Run()
 	closeShared() // clusters benchmarks keep across their b.N rounds
 	if code == 0 {

@@ -56,7 +56,8 @@ type Options struct {
 	RejoinInterval time.Duration
 	// TombstoneGrace is added to a tombstone's lifetime; 30s.
 	TombstoneGrace time.Duration
-	// ChunkBytes bounds one state-transfer message; 32 KiB.
+	// ChunkBytes bounds one state-transfer message; 128 KiB (doc.go,
+	// Bounds).
 	ChunkBytes int
 	// ChunkRate bounds state-transfer messages per second per stream; 64.
 	ChunkRate int
@@ -96,7 +97,7 @@ func (o *Options) setDefaults() {
 	def(&o.WorkInterval, DefaultWorkInterval)
 	def(&o.WorkGrace, DefaultWorkGrace)
 	if o.ChunkBytes <= 0 {
-		o.ChunkBytes = 32 << 10
+		o.ChunkBytes = 128 << 10
 	}
 	o.ChunkBytes = max(o.ChunkBytes, 2*recordMax)
 	if o.ChunkRate <= 0 {
