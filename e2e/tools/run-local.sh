@@ -92,6 +92,17 @@ for _ in $(seq 100); do
 done
 [[ -n $ready ]] || { echo "error: the sidecar did not become ready within 10s" >&2; exit 1; }
 
+# after_log n: wait (at most a second) until the sidecar has logged n
+# requests, so that each result below prints after its access line
+# rather than among the next step's (the log is written in batches).
+after_log() {
+  for _ in $(seq 20); do
+    (( $(grep -c '"msg":"request"' "$work/sidecar.log") >= $1 )) && return 0
+    sleep 0.05
+  done
+}
+logged=0
+
 turn1='{"model":"modelsim","max_tokens":8,"messages":[{"role":"user","content":"You are a careful assistant. Summarise the plot of Hamlet in three short sentences, please, and keep it plain."}]}'
 turn2='{"model":"modelsim","max_tokens":8,"messages":[{"role":"user","content":"You are a careful assistant. Summarise the plot of Hamlet in three short sentences, please, and keep it plain."},{"role":"assistant","content":"Hamlet seeks revenge."},{"role":"user","content":"Now do Macbeth."}]}'
 cat <<MSG
@@ -112,6 +123,7 @@ for t in "$turn1" "$turn2"; do
     "http://127.0.0.1:$port/v1/chat/completions" -d "$t")
   id=$(grep -i '^x-modelsim-id:' "$work/h" | tr -d '\r' | awk '{print $2}')
   cached=$(grep -o '"cached_tokens":[0-9]*' <<<"$out" | cut -d: -f2)
+  after_log $((++logged))
   echo "  served by $id, cached_tokens=${cached:-0}"
 done
 
@@ -135,6 +147,7 @@ for t in "$resp1" "$resp2"; do
   by=$(grep -i '^x-modelsim-id:' "$work/h" | tr -d '\r' | awk '{print $2}')
   rid=$(grep -o '"id":"resp_[0-9a-f]*"' <<<"$out" | head -1 | cut -d'"' -f4)
   cached=$(grep -o '"cached_tokens":[0-9]*' <<<"$out" | cut -d: -f2)
+  after_log $((++logged))
   if [[ -z $prev ]]; then
     echo "  response $rid stored on $by"
   else
