@@ -11,12 +11,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/server"
 	"github.com/tetherproxy/tether/sidecar/testkit"
+	"github.com/tetherproxy/tether/sidecar/threads"
 )
 
 // BenchmarkProxiedRequest compares one small request straight to a backend
@@ -120,7 +120,7 @@ func BenchmarkWatchedRequest(b *testing.B) {
 	defer client.CloseIdleConnections()
 	url := sc.url("default/m", "/v1/chat/completions")
 	b.SetParallelism(64)
-	cpu0 := cpuTime()
+	cpu0 := threads.ProcessCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if status, _ := post(b, client, url, body); status != 200 {
@@ -128,14 +128,7 @@ func BenchmarkWatchedRequest(b *testing.B) {
 			}
 		}
 	})
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/req")
-}
-
-// cpuTime is the CPU the process has spent, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((threads.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/req")
 }
 
 // BenchmarkRequestInFlight is the memory a request holds while its
@@ -217,7 +210,7 @@ func BenchmarkRequestInFlight(b *testing.B) {
 		b.StopTimer()
 		settle()
 		stacks0, heap0 := heldMemory()
-		cpu0 := cpuTime()
+		cpu0 := threads.ProcessCPU()
 		b.StartTimer()
 		clients := make([]net.Conn, inFlight)
 		for i := range clients {
@@ -231,9 +224,9 @@ func BenchmarkRequestInFlight(b *testing.B) {
 		}
 		b.StopTimer()
 		time.Sleep(100 * time.Millisecond) // past the watches' start
-		cpu += cpuTime() - cpu0
+		cpu += threads.ProcessCPU() - cpu0
 		stacks1, heap1 := heldMemory()
-		cpu1 := cpuTime()
+		cpu1 := threads.ProcessCPU()
 		stacks += float64(stacks1) - float64(stacks0)
 		heap += float64(heap1) - float64(heap0)
 		release <- struct{}{}
@@ -245,7 +238,7 @@ func BenchmarkRequestInFlight(b *testing.B) {
 			c.Close()
 		}
 		settle()
-		cpu += cpuTime() - cpu1
+		cpu += threads.ProcessCPU() - cpu1
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*inFlight), "cpu-ns/req")

@@ -12,11 +12,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/storebench"
+	"github.com/tetherproxy/tether/sidecar/threads"
 )
 
 // key and podIDs are the workload the stores' Go benchmarks share
@@ -31,13 +31,6 @@ var podIDs = storebench.PodIDs
 // 16 bytes rather than as the 32-character string the resolver passes).
 func fill(s store.Store, from, to int) (float64, error) {
 	return storebench.BytesPerBinding(s, from, to, time.Hour)
-}
-
-// cpuTime is this process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // lookupRate runs lookup-and-refresh of random keys among the first n
@@ -55,7 +48,7 @@ func lookupRate(s store.Store, n int, d time.Duration, extraCPU func() time.Dura
 	if extraCPU != nil { // a network store: latency-bound, more in flight
 		workers = 32
 	}
-	cpu0, extra0 := cpuTime(), time.Duration(0)
+	cpu0, extra0 := threads.ProcessCPU(), time.Duration(0)
 	if extraCPU != nil {
 		extra0 = extraCPU()
 	}
@@ -83,7 +76,7 @@ func lookupRate(s store.Store, n int, d time.Duration, extraCPU func() time.Dura
 		})
 	}
 	wg.Wait()
-	cpu := cpuTime() - cpu0
+	cpu := threads.ProcessCPU() - cpu0
 	if extraCPU != nil {
 		cpu += extraCPU() - extra0
 	}

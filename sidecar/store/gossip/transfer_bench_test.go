@@ -10,13 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tetherproxy/tether/sidecar/config"
-	"github.com/tetherproxy/tether/sidecar/store"
 	"github.com/tetherproxy/tether/sidecar/store/storebench"
+	"github.com/tetherproxy/tether/sidecar/threads"
 )
 
 var transferBindings = flag.Int("transfer-bindings", 100_000, "BenchmarkStateTransfer: bindings the ring's one member holds")
@@ -49,19 +48,15 @@ func BenchmarkStateTransfer(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = holder.Close() })
-			now := time.Now()
-			for i := range n {
-				p := storebench.PodIDs[i%len(storebench.PodIDs)]
-				if _, err := holder.Create(context.Background(), storebench.Key(i), store.Binding{Pod: p, Created: now}, time.Hour); err != nil {
-					b.Fatal(err)
-				}
+			if err := storebench.Fill(holder, 0, n, time.Hour); err != nil {
+				b.Fatal(err)
 			}
 			for !holder.Synced() { // its startup grace: nobody pulls from a member before
 				time.Sleep(10 * time.Millisecond)
 			}
 			var took, giver, joiner time.Duration
 			for b.Loop() {
-				c0, start := processCPU(), time.Now()
+				c0, start := threads.ProcessCPU(), time.Now()
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
 				cmd.Env = append(os.Environ(), joinAddrEnv+"="+holder.selfAddr, joinKeyEnv+"="+keyFile, joinBindingsEnv+"="+strconv.Itoa(n))
 				out, err := cmd.CombinedOutput()
@@ -69,7 +64,7 @@ func BenchmarkStateTransfer(b *testing.B) {
 					b.Fatalf("joiner: %v\n%s", err, out)
 				}
 				took += time.Since(start)
-				giver += processCPU() - c0
+				giver += threads.ProcessCPU() - c0
 				var ns int64
 				if _, err := fmt.Sscanf(string(out), "joiner cpu ns %d", &ns); err != nil {
 					b.Fatalf("joiner's report %q: %v", out, err)
@@ -114,13 +109,6 @@ func joinAndReport(addr string) int {
 			return 1
 		}
 	}
-	fmt.Printf("joiner cpu ns %d\n", processCPU().Nanoseconds())
+	fmt.Printf("joiner cpu ns %d\n", threads.ProcessCPU().Nanoseconds())
 	return 0
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
