@@ -134,7 +134,8 @@ func (o *Options) order(ri int) []string {
 	return order
 }
 
-func (o *Options) rates(m Mode) []float64 {
+// RatesOf is the offered rates of mode's points.
+func (o *Options) RatesOf(m Mode) []float64 {
 	if m == Streaming {
 		return o.StreamRates
 	}
@@ -155,6 +156,9 @@ type Point struct {
 	SysCPUPer1k time.Duration
 	PeakRSS     int64   // the proxy's VmHWM after this point, bytes
 	Stalls      *Stalls // with Options.StallsOver
+	// Blocks are the point's successful requests in blocks of
+	// BlockWidth by due time, for QuantileRatioInterval.
+	Blocks *loadgen.Blocks
 	// Threads: what the thread controller did (with Options.Threads; nil
 	// for other proxies and for a sidecar on a fixed count).
 	Threads *Threads
@@ -229,6 +233,16 @@ func (r *Results) Point(proxy string, mode Mode, rate float64) *Point {
 	return nil
 }
 
+// MaxOf returns proxy's rate search in mode, or nil.
+func (r *Results) MaxOf(proxy string, mode Mode) *MaxRate {
+	for i := range r.Max {
+		if m := &r.Max[i]; m.Proxy == proxy && m.Mode == mode {
+			return m
+		}
+	}
+	return nil
+}
+
 // Run starts the backends and every proxy, then measures each rate and
 // mode for every proxy in turn (the order of proxies reversed at every
 // other rate, so that none always runs right after the same other, and
@@ -266,7 +280,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	res := &Results{Opts: o}
 	for _, mode := range o.Modes {
-		for ri, rate := range o.rates(mode) {
+		for ri, rate := range o.RatesOf(mode) {
 			for _, name := range o.order(ri) {
 				o.Step(fmt.Sprintf("hop %s %s %.0f/s", name, mode, rate))
 				p, err := measure(ctx, targets[name], backends, o, mode, rate, o.Warmup, o.Duration)
@@ -350,7 +364,7 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 			if probe != nil {
 				probe.begin(ctx)
 			}
-		}, Samples: o.StallsOver > 0}, c.do)
+		}, Samples: true}, c.do)
 	paused()
 	cpu1, aux1 := usage()
 	p := &Point{Proxy: t.name, Mode: mode, Rate: rate, Res: res}
@@ -361,10 +375,12 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		}
 		p.Threads = th
 	}
+	p.Blocks = loadgen.BlocksOf(res.Samples, BlockWidth)
 	if o.StallsOver > 0 {
 		s := StallsOf(res.Samples, o.StallsOver, dur)
-		p.Stalls, res.Samples = &s, nil
+		p.Stalls = &s
 	}
+	res.Samples = nil // 16 bytes a request; the blocks hold what is read later
 	if res.Sent > 0 {
 		per1k := func(d time.Duration) time.Duration { return d * 1000 / time.Duration(res.Sent) }
 		spent := cpu1.Since(cpu0)

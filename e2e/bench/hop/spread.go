@@ -27,7 +27,7 @@ func Spread(runs []*Results) []*table.Table {
 	o := runs[0].Opts
 	var out []*table.Table
 	for _, mode := range o.Modes {
-		for _, rate := range o.rates(mode) {
+		for _, rate := range o.RatesOf(mode) {
 			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered: over %d runs, median (lowest–highest) of each run's own ratios", mode, rate, len(runs)),
 				Head: []string{"proxy", "runs", "CPU ×HAProxy", "user ×HAProxy", "kernel ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "added p99 ms", "HAProxy's added p99 ms"}}
 			for _, name := range o.Proxies {
@@ -121,7 +121,7 @@ func Paired(runs []*Results) *table.Table {
 	t := &table.Table{Title: fmt.Sprintf("tether ÷ %s: over %d runs, median (lowest–highest) of each run's own ratios", Labels[TetherBaseline], len(runs)),
 		Head: []string{"point", "runs", "CPU ×baseline", "tether's CPU lower in", "p99 ×baseline", "p99.9 ×baseline"}}
 	for _, mode := range o.Modes {
-		for _, rate := range o.rates(mode) {
+		for _, rate := range o.RatesOf(mode) {
 			var cpu, p99, p999 []float64
 			lower := 0
 			for _, r := range runs {

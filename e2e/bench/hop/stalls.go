@@ -115,7 +115,7 @@ func StallsSpread(runs []*Results) *table.Table {
 	t := &table.Table{Title: fmt.Sprintf("slow requests (over %v) over %d runs, median (lowest–highest)", o.StallsOver, len(runs)),
 		Head: []string{"proxy", "mode", "requests/s", "slow", "bursts/s", "slow in bursts", "mean burst span ms"}}
 	for _, mode := range o.Modes {
-		for _, rate := range o.rates(mode) {
+		for _, rate := range o.RatesOf(mode) {
 			for _, name := range o.Proxies {
 				var slow, perSec, share, span []float64
 				for _, r := range runs {

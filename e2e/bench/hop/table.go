@@ -71,7 +71,7 @@ func (r *Results) Tables() []*table.Table {
 	o := r.Opts
 	var out []*table.Table
 	for _, mode := range o.Modes {
-		for _, rate := range o.rates(mode) {
+		for _, rate := range o.RatesOf(mode) {
 			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered", mode, rate),
 				Head: []string{"proxy", "ok/sent", "p50 ms", "p99 ms", "p99.9 ms", "added p50", "added p99", "added p99.9",
 					"CPU ms/1k req", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "peak RSS MiB", "peak in flight"}}

@@ -69,19 +69,28 @@ func (h *Histogram) Max() time.Duration { return time.Duration(h.max.Load()) }
 // Quantile returns the value below which a fraction q (0..1) of the
 // recorded values fall, or 0 for an empty histogram.
 func (h *Histogram) Quantile(q float64) time.Duration {
-	n := h.n.Load()
-	if n == 0 {
+	i, ok := quantileBucket(h.n.Load(), q, func(i int) uint64 { return h.counts[i].Load() })
+	if !ok {
 		return 0
+	}
+	return time.Duration(min(upper(i), h.max.Load()))
+}
+
+// quantileBucket is the bucket holding the q-quantile of n values counted
+// by count; false when n is 0.
+func quantileBucket(n uint64, q float64, count func(i int) uint64) (int, bool) {
+	if n == 0 {
+		return 0, false
 	}
 	rank := uint64(q*float64(n) + 0.5)
 	rank = min(max(rank, 1), n)
 	var seen uint64
-	for i := range h.counts {
-		if seen += h.counts[i].Load(); seen >= rank {
-			return time.Duration(min(upper(i), h.max.Load()))
+	for i := range buckets {
+		if seen += count(i); seen >= rank {
+			return i, true
 		}
 	}
-	return h.Max()
+	return buckets - 1, true // counts short of n: a Record under way
 }
 
 // Merge adds o's values to h.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tetherproxy/tether/e2e/bench/bootstrap"
 	"github.com/tetherproxy/tether/e2e/bench/hop"
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
 	"github.com/tetherproxy/tether/e2e/bench/table"
@@ -21,6 +22,11 @@ func hopSection(b *bytes.Buffer, dir string, in *Input) error {
 	fmt.Fprintf(b, "## 1. What one hop costs\n\n`%s`\n\n%s. Every proxy runs as a real process on loopback with the config the bench writes: HAProxy %s with one thread, a stick table on `X-Session-ID` (`stick on req.hdr(x-session-id)`, `balance leastconn`) and keep-alive to the backends; nginx %s with one worker, `hash $http_x_session_id consistent`, upstream keep-alive and `proxy_buffering off` (so SSE events pass as they come); tether-sidecar with one pool on the same header (memory store with and without its access log; Redis store on a real redis-server; gossip store in a ring of three sidecars, the load on one). The backends are modelsim with no artificial latency for every proxy (so the figures include a realistic OpenAI JSON and SSE backend, not a static file), one process serving each backend on its own listener, without a log line per request. The load generator writes each request's bytes on keep-alive connections and reads the answer on the goroutine that sent it, without net/http's Transport: on 2 cores the generator and the backends share the machine with the proxy measured, and what they spend is taken from it (at 5,000 req/s direct, a generator on net/http's Transport and three logging modelsim processes kept the cores 86%% busy and direct's own p99 at 11 ms; this harness, 60%% busy and 1.7 ms). CPU is utime+stime of the proxy's processes from /proc over the measured part; in brackets what it needs besides (redis-server, the other ring members). Peak RSS is VmHWM. *Added* is the proxy's percentile minus direct's at the same rate and mode.\n\n",
 		in.HopCmd, r.Setup(), toolVersion("haproxy"), toolVersion("nginx"))
 	writeTables(b, r.Tables())
+	if ts := hopTargetTables(r); ts != nil {
+		writeTables(b, ts)
+		fmt.Fprintf(b, "**How much one run decides.** The p99 of a point of %v at 1,000 requests/s is its %d slowest requests, and they come in bursts: requests due within a few milliseconds that waited out the same stop of the machine (a backend or the generator not scheduled, the kernel's own work) or of the proxy, and were answered at about the same moment ([docs/hop-cost.md](../../docs/hop-cost.md), \"Where the tail comes from\"). The interval column resamples each point's requests in blocks of %d ms by their due time (a block bootstrap: each burst stays whole; %d draws of each point's blocks with replacement, each point on its own, seeded) and gives the range of the middle 90%% of the p99 ratios: where another draw of this run's seconds could put it. It holds the bursts of these seconds only, not what moves a whole run (the machine's next quarter hour: series of runs a quarter hour apart differ by more, docs/hop-cost.md \"How much one run decides\"). A miss whose interval reaches down to 1 is within this run's sampling noise; one whose interval stays above it is the proxy's. The highest-rate target has no interval: each rung of its search is one probe.\n\n",
+			r.Opts.Duration, int(0.01*1000*r.Opts.Duration.Seconds()), hop.BlockWidth.Milliseconds(), bootstrap.Draws)
+	}
 	for _, mode := range r.Opts.Modes {
 		// Latency itself, on a log scale, with direct's as the floor: what
 		// a proxy adds is its line's height above direct's, and the rates
@@ -75,7 +81,7 @@ func stickySection(b *bytes.Buffer, dir string, in *Input) error {
 	writeTables(b, sticky.Tables(o, in.Sticky))
 	writeTables(b, targetTables(in))
 	fmt.Fprintf(b, "**How much one run decides.** Each ratio rests on this run's conversations (%d at B = %d), and under a policy that places sessions by load or spreads their turns, which backend a conversation's turns met is a draw of its own. The interval column resamples the conversations (%d draws with replacement, both policies of a ratio on the same draw, seeded) and gives the range of the middle 90%% of the ratios: where another draw of conversations like these could put it. It holds the conversations' own spread only, not what moves all of a run's conversations at once (which backend's cache overflows first, the machine's stalls), so another run can land further out. A miss whose interval reaches past its target is within this run's sampling noise; one whose interval stays below it is a miss of the policy.\n\n",
-		o.ForBackends(slices.Min(o.Backends)).Conversations, slices.Min(o.Backends), sticky.IntervalDraws)
+		o.ForBackends(slices.Min(o.Backends)).Conversations, slices.Min(o.Backends), bootstrap.Draws)
 	share, distinct := workload.Footprint(workload.Generate(o.Workload), o.Workload)
 	cacheB := slices.Min(o.Backends)
 	next := " The same workload with other cache sizes:\n\n"

@@ -62,16 +62,21 @@ func scaling(o sticky.Options) string {
 // check formats a measured ratio against a minimum, with a third or
 // fourth decimal where two would show a miss as the target itself (0.977
 // as "0.98 (target ≥ 0.98) ✗").
-func check(v, target float64) string {
+func check(v, target float64) string { return checked(v, target, v >= target, "≥") }
+
+// checkAtMost formats a measured ratio against a maximum, as check.
+func checkAtMost(v, target float64) string { return checked(v, target, v <= target, "≤") }
+
+func checked(v, target float64, met bool, rel string) string {
 	mark := "✗ not met"
-	if v >= target {
+	if met {
 		mark = "✓"
 	}
 	prec := 2
-	for prec < 4 && v < target && fmt.Sprintf("%.*f", prec, v) == fmt.Sprintf("%.*f", prec, target) {
+	for prec < 4 && !met && fmt.Sprintf("%.*f", prec, v) == fmt.Sprintf("%.*f", prec, target) {
 		prec++
 	}
-	return fmt.Sprintf("%.*f (target ≥ %.2f) %s", prec, v, target, mark)
+	return fmt.Sprintf("%.*f (target %s %.2f) %s", prec, v, rel, target, mark)
 }
 
 func targetTables(in *Input) []*table.Table {
@@ -142,10 +147,7 @@ func headline(in *Input) *table.Table {
 	t := &table.Table{Head: []string{"claim", "measured in this run"}}
 	if r := in.Hop; r != nil {
 		for _, mode := range r.Opts.Modes {
-			rates := r.Opts.Rates
-			if mode == hop.Streaming {
-				rates = r.Opts.StreamRates
-			}
+			rates := r.Opts.RatesOf(mode)
 			// The lowest rate: every proxy carries it on 2 cores, so its
 			// figures are the hop's cost; above it, the Go proxies run out
 			// of CPU first and the tables show queueing, not the hop (the
@@ -157,26 +159,19 @@ func headline(in *Input) *table.Table {
 			}
 			ta, _ := r.Added(tp, 0.99)
 			ha, _ := r.Added(hp, 0.99)
-			cell := fmt.Sprintf("%s vs %s; p99 %s vs %s", msf(ta), msf(ha), msf(tp.Res.Latency.Quantile(0.99)), msf(hp.Res.Latency.Quantile(0.99)))
+			cell := fmt.Sprintf("%s vs %s; p99 %s vs %s, %s (%s)", msf(ta), msf(ha), msf(tp.Res.Latency.Quantile(0.99)), msf(hp.Res.Latency.Quantile(0.99)),
+				hop.Ratio(float64(tp.Res.Latency.Quantile(0.99)), float64(hp.Res.Latency.Quantile(0.99))), p99Interval(tp, hp))
 			if d := r.Point(hop.Direct, mode, rate); d != nil && (ta < 0 || ha < 0) {
 				// Direct's own point was the slower: the shared machine
 				// stalled in its seconds, not a proxy faster than none.
 				cell += fmt.Sprintf(" (direct's own p99 %s: the machine stalled in its seconds; compare the p99s)", msf(d.Res.Latency.Quantile(0.99)))
 			}
-			t.Add(fmt.Sprintf("added p99 over direct, %s, %.0f req/s: tether (memory) vs HAProxy", mode, rate), cell)
+			t.Add(fmt.Sprintf("added p99 over direct, %s, %.0f req/s: tether (memory) vs HAProxy (in brackets the p99 ratio's 90%% interval, %d ms blocks of requests resampled)", mode, rate, hop.BlockWidth.Milliseconds()), cell)
 			t.Add(fmt.Sprintf("CPU per 1,000 requests, %s, %.0f req/s: tether vs HAProxy", mode, rate),
 				fmt.Sprintf("%.0f ms vs %.0f ms (%s)", float64(tp.CPUPer1k)/1e6, float64(hp.CPUPer1k)/1e6, hop.Ratio(float64(tp.CPUPer1k), float64(hp.CPUPer1k))))
 		}
 		for _, mode := range r.Opts.Modes {
-			var tr, hr *hop.MaxRate
-			for i := range r.Max {
-				if m := &r.Max[i]; m.Mode == mode && m.Proxy == hop.Tether {
-					tr = m
-				} else if m.Mode == mode && m.Proxy == hop.HAProxy {
-					hr = m
-				}
-			}
-			if tr != nil && hr != nil {
+			if tr, hr := r.MaxOf(hop.Tether, mode), r.MaxOf(hop.HAProxy, mode); tr != nil && hr != nil {
 				t.Add(fmt.Sprintf("highest rate at p99 added over direct < %v, %s: tether vs HAProxy", r.Opts.P99Limit, mode),
 					fmt.Sprintf("%s vs %s req/s (%s)", tr.Label(), hr.Label(), tr.RatioTo(*hr)))
 			}

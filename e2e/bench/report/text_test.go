@@ -30,6 +30,19 @@ func TestCheckShowsAMissThatRoundsToTheTarget(t *testing.T) {
 			t.Errorf("check(%v, %v) = %q, want %q", c.v, c.target, got, c.want)
 		}
 	}
+	for _, c := range []struct {
+		v, target float64
+		want      string
+	}{
+		{1.004, 1, "1.004 (target ≤ 1.00) ✗ not met"},
+		{1.03, 1, "1.03 (target ≤ 1.00) ✗ not met"},
+		{1, 1, "1.00 (target ≤ 1.00) ✓"},
+		{0.62, 1, "0.62 (target ≤ 1.00) ✓"},
+	} {
+		if got := checkAtMost(c.v, c.target); got != c.want {
+			t.Errorf("checkAtMost(%v, %v) = %q, want %q", c.v, c.target, got, c.want)
+		}
+	}
 }
 
 // A longer system prompt adds the same cached tokens to every answered

@@ -1,10 +1,10 @@
 package sticky
 
 import (
-	"math"
-	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/tetherproxy/tether/e2e/bench/bootstrap"
 )
 
 // Conv is one conversation's share of a policy's result: the prompt
@@ -42,11 +42,8 @@ func TTFTP50Stat(cs []*Conv) float64 {
 	return float64(all[len(all)/2])
 }
 
-// IntervalDraws is how many resamples RatioInterval draws.
-const IntervalDraws = 1000
-
 // RatioInterval is the central interval holding level (0.9: 90%) of
-// stat(num) / stat(den) over IntervalDraws resamples of the conversations,
+// stat(num) / stat(den) over bootstrap.Draws resamples of the conversations,
 // drawn with replacement from those the two served, each draw the same
 // conversations for both (a paired bootstrap: both policies played the
 // same workload). It says how far the ratio could land on another draw
@@ -76,9 +73,9 @@ func RatioInterval(num, den *Result, stat Stat, level float64) (lo, hi float64, 
 		}
 		return empty // all its turns failed under this policy
 	}
-	r := rand.New(rand.NewPCG(1, uint64(len(ids))))
+	r := bootstrap.Rand(len(ids))
 	a, b := make([]*Conv, len(ids)), make([]*Conv, len(ids))
-	ratios := make([]float64, IntervalDraws)
+	ratios := make([]float64, bootstrap.Draws)
 	for d := range ratios {
 		for i := range ids {
 			id := ids[r.IntN(len(ids))]
@@ -90,10 +87,6 @@ func RatioInterval(num, den *Result, stat Stat, level float64) (lo, hi float64, 
 		}
 		ratios[d] = x / y
 	}
-	slices.Sort(ratios)
-	tail := (1 - level) / 2
-	at := func(q float64) float64 {
-		return ratios[min(len(ratios)-1, int(math.Floor(q*float64(len(ratios)))))]
-	}
-	return at(tail), at(1 - tail), true
+	lo, hi = bootstrap.Central(ratios, level)
+	return lo, hi, true
 }
