@@ -1,6 +1,8 @@
 package hop
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +64,31 @@ func TestNoIntervalWithoutBlocks(t *testing.T) {
 	}
 	if _, _, ok := QuantileRatioInterval(ref, &Point{Blocks: loadgen.BlocksOf(nil, BlockWidth)}, 0.99, 0.9); ok {
 		t.Fatal("an interval over a point without requests")
+	}
+}
+
+// The tables print each proxy's p99 ratio to HAProxy's with its interval,
+// and HAProxy's own row without one.
+func TestTablesCarryTheP99Interval(t *testing.T) {
+	point := func(proxy string, f float64) Point {
+		p := pointOf(func(i int) time.Duration { return time.Duration(f * float64(varied(i))) })
+		p.Proxy, p.Mode, p.Rate = proxy, NonStreaming, 1000
+		p.Res = &loadgen.Result{OK: 5000, Sent: 5000, Latency: &loadgen.Histogram{}}
+		for i := range 5000 {
+			p.Res.Latency.Record(time.Duration(f * float64(varied(i))))
+		}
+		return *p
+	}
+	r := &Results{Opts: Options{Modes: []Mode{NonStreaming}, Rates: []float64{1000}, Proxies: []string{HAProxy, Tether}}}
+	r.Points = []Point{point(HAProxy, 1), point(Tether, 2)}
+	rows := r.Tables()[0].Rows
+	if got := rows[0][10]; got != "1.00×" {
+		t.Errorf("HAProxy's own p99 ratio %q, want 1.00× without an interval", got)
+	}
+	var lo, hi float64
+	if got := rows[1][10]; !strings.HasPrefix(got, "2.00× (") {
+		t.Errorf("tether's p99 ratio %q, want 2.00× and its interval", got)
+	} else if _, err := fmt.Sscanf(strings.TrimPrefix(got, "2.00× ("), "%f–%f)", &lo, &hi); err != nil || lo < 1.95 || hi > 2.05 {
+		t.Errorf("tether's p99 ratio %q, want an interval about 2 (lo %v hi %v, %v)", got, lo, hi, err)
 	}
 }

@@ -66,7 +66,9 @@ func (r *Results) Setup() string {
 }
 
 // Tables returns one table per mode and rate, with ratios to HAProxy's
-// figures of the same run, then the rate search.
+// figures of the same run (the p99's with its 90% interval over the two
+// points' requests resampled in blocks, QuantileRatioInterval), then the
+// rate search.
 func (r *Results) Tables() []*table.Table {
 	o := r.Opts
 	var out []*table.Table
@@ -74,7 +76,7 @@ func (r *Results) Tables() []*table.Table {
 		for _, rate := range o.RatesOf(mode) {
 			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered", mode, rate),
 				Head: []string{"proxy", "ok/sent", "p50 ms", "p99 ms", "p99.9 ms", "added p50", "added p99", "added p99.9",
-					"CPU ms/1k req", "CPU ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "peak RSS MiB", "peak in flight"}}
+					"CPU ms/1k req", "CPU ×HAProxy", "p99 ×HAProxy (90% interval)", "p99.9 ×HAProxy", "peak RSS MiB", "peak in flight"}}
 			if mode == Streaming {
 				t.Head = append(t.Head, "CPU µs/event")
 			}
@@ -105,6 +107,9 @@ func (r *Results) Tables() []*table.Table {
 					if h != nil {
 						row[9] = Ratio(float64(p.CPUPer1k), float64(h.CPUPer1k))
 						row[10] = Ratio(float64(l.Quantile(0.99)), float64(h.Res.Latency.Quantile(0.99)))
+						if lo, hi, ok := QuantileRatioInterval(p, h, 0.99, 0.9); ok && name != HAProxy {
+							row[10] += fmt.Sprintf(" (%.2f–%.2f)", lo, hi)
+						}
 						row[11] = Ratio(float64(l.Quantile(0.999)), float64(h.Res.Latency.Quantile(0.999)))
 					}
 				}
