@@ -18,7 +18,10 @@ import (
 // Spread returns, per mode and rate, each proxy's ratios to HAProxy's
 // figures over runs (every run compared within itself): the median and
 // the range of CPU per request, of its parts in user space and in the
-// kernel, of p99 and p99.9, and of the p99 added over direct's. Proxies
+// kernel, of p99 and p99.9, and of the p99 added over direct's; and in
+// how many runs the p99 ratio's 90% interval (QuantileRatioInterval) lay
+// above 1, held it, or lay below it: a run whose interval holds 1 did not
+// tell the two tails apart beyond its own bursts. Proxies
 // missing from a run, or runs without HAProxy, are left out of that row.
 func Spread(runs []*Results) []*table.Table {
 	if len(runs) == 0 {
@@ -29,17 +32,28 @@ func Spread(runs []*Results) []*table.Table {
 	for _, mode := range o.Modes {
 		for _, rate := range o.RatesOf(mode) {
 			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered: over %d runs, median (lowest–highest) of each run's own ratios", mode, rate, len(runs)),
-				Head: []string{"proxy", "runs", "CPU ×HAProxy", "user ×HAProxy", "kernel ×HAProxy", "p99 ×HAProxy", "p99.9 ×HAProxy", "added p99 ms", "HAProxy's added p99 ms"}}
+				Head: []string{"proxy", "runs", "CPU ×HAProxy", "user ×HAProxy", "kernel ×HAProxy", "p99 ×HAProxy", "runs whose p99 ratio's 90% interval is above 1 / holds 1 / is below 1", "p99.9 ×HAProxy", "added p99 ms", "HAProxy's added p99 ms"}}
 			for _, name := range o.Proxies {
 				if name == Direct || name == HAProxy {
 					continue
 				}
 				var cpu, user, kernel, p99, p999, added, hAdded []float64
+				var sides [3]int // runs whose p99 ratio's interval is above 1, holds it, is below it
 				for _, r := range runs {
 					p, h := r.Point(name, mode, rate), r.Point(HAProxy, mode, rate)
 					c, q99, q999, ok := against(p, h)
 					if !ok {
 						continue
+					}
+					if lo, hi, ok := QuantileRatioInterval(p, h, 0.99, 0.9); ok {
+						switch {
+						case lo > 1:
+							sides[0]++
+						case hi < 1:
+							sides[2]++
+						default:
+							sides[1]++
+						}
 					}
 					cpu, p99, p999 = append(cpu, c), append(p99, q99), append(p999, q999)
 					if u, k, ok := cpuParts(p, h); ok {
@@ -58,7 +72,7 @@ func Spread(runs []*Results) []*table.Table {
 				ratio := func(v float64) string { return Ratio(v, 1) }
 				ms := func(v float64) string { return fmt.Sprintf("%.2f", v) }
 				t.Add(Labels[name], fmt.Sprint(len(cpu)), spread(cpu, ratio), spread(user, ratio), spread(kernel, ratio),
-					spread(p99, ratio), spread(p999, ratio),
+					spread(p99, ratio), fmt.Sprintf("%d / %d / %d", sides[0], sides[1], sides[2]), spread(p999, ratio),
 					spread(added, ms), spread(hAdded, ms))
 			}
 			if len(t.Rows) > 0 {

@@ -31,10 +31,13 @@ func spreadRun(directP99, haproxyP99, tetherP99 time.Duration, haproxyCPU, tethe
 // requests cpu.
 func point(proxy string, lat, cpu time.Duration) Point {
 	r := &loadgen.Result{Offered: 2000, Sent: 100, OK: 100, Latency: &loadgen.Histogram{}, Lateness: &loadgen.Histogram{}}
-	for range 100 {
+	var samples []loadgen.Sample
+	for i := range 100 {
 		r.Latency.Record(lat)
+		samples = append(samples, loadgen.Sample{Due: time.Duration(i) * time.Second / 2000, Latency: lat})
 	}
-	return Point{Proxy: proxy, Mode: NonStreaming, Rate: 2000, Res: r, CPUPer1k: cpu, SysCPUPer1k: cpu / 2}
+	return Point{Proxy: proxy, Mode: NonStreaming, Rate: 2000, Res: r, CPUPer1k: cpu, SysCPUPer1k: cpu / 2,
+		Blocks: loadgen.BlocksOf(samples, BlockWidth)}
 }
 
 func TestSpreadTakesEachRunsOwnRatios(t *testing.T) {
@@ -49,7 +52,7 @@ func TestSpreadTakesEachRunsOwnRatios(t *testing.T) {
 		t.Fatalf("want one table with tether's row, got %d tables", len(tables))
 	}
 	row := tables[0].Rows[0]
-	want := []string{Labels[Tether], "3", "1.40× (1.30×–1.50×)", "1.80× (1.60×–2.00×)", "1.00× (1.00×–1.00×)", "1.00× (0.50×–2.00×)", "1.00× (0.50×–2.00×)", "1.00 (0.00–3.00)", "1.00 (1.00–5.00)"}
+	want := []string{Labels[Tether], "3", "1.40× (1.30×–1.50×)", "1.80× (1.60×–2.00×)", "1.00× (1.00×–1.00×)", "1.00× (0.50×–2.00×)", "1 / 1 / 1", "1.00× (0.50×–2.00×)", "1.00 (0.00–3.00)", "1.00 (1.00–5.00)"}
 	// Every latency of a point is the same value, which the histogram
 	// gives back exactly (its quantile is capped by the largest value).
 	for i := range want {
