@@ -32,29 +32,20 @@ func Spread(runs []*Results) []*table.Table {
 	for _, mode := range o.Modes {
 		for _, rate := range o.RatesOf(mode) {
 			t := &table.Table{Title: fmt.Sprintf("%s, %.0f requests/s offered: over %d runs, median (lowest–highest) of each run's own ratios", mode, rate, len(runs)),
-				Head: []string{"proxy", "runs", "CPU ×HAProxy", "user ×HAProxy", "kernel ×HAProxy", "p99 ×HAProxy", "runs whose p99 ratio's 90% interval is above 1 / holds 1 / is below 1", "p99.9 ×HAProxy", "added p99 ms", "HAProxy's added p99 ms"}}
+				Head: []string{"proxy", "runs", "CPU ×HAProxy", "user ×HAProxy", "kernel ×HAProxy", "p99 ×HAProxy", p99SidesHead, "p99.9 ×HAProxy", "added p99 ms", "HAProxy's added p99 ms"}}
 			for _, name := range o.Proxies {
 				if name == Direct || name == HAProxy {
 					continue
 				}
 				var cpu, user, kernel, p99, p999, added, hAdded []float64
-				var sides [3]int // runs whose p99 ratio's interval is above 1, holds it, is below it
+				var sides p99Sides
 				for _, r := range runs {
 					p, h := r.Point(name, mode, rate), r.Point(HAProxy, mode, rate)
 					c, q99, q999, ok := against(p, h)
 					if !ok {
 						continue
 					}
-					if lo, hi, ok := QuantileRatioInterval(p, h, 0.99, 0.9); ok {
-						switch {
-						case lo > 1:
-							sides[0]++
-						case hi < 1:
-							sides[2]++
-						default:
-							sides[1]++
-						}
-					}
+					sides.add(p, h)
 					cpu, p99, p999 = append(cpu, c), append(p99, q99), append(p999, q999)
 					if u, k, ok := cpuParts(p, h); ok {
 						user, kernel = append(user, u), append(kernel, k)
@@ -72,7 +63,7 @@ func Spread(runs []*Results) []*table.Table {
 				ratio := func(v float64) string { return Ratio(v, 1) }
 				ms := func(v float64) string { return fmt.Sprintf("%.2f", v) }
 				t.Add(Labels[name], fmt.Sprint(len(cpu)), spread(cpu, ratio), spread(user, ratio), spread(kernel, ratio),
-					spread(p99, ratio), fmt.Sprintf("%d / %d / %d", sides[0], sides[1], sides[2]), spread(p999, ratio),
+					spread(p99, ratio), sides.String(), spread(p999, ratio),
 					spread(added, ms), spread(hAdded, ms))
 			}
 			if len(t.Rows) > 0 {
@@ -82,6 +73,28 @@ func Spread(runs []*Results) []*table.Table {
 	}
 	return out
 }
+
+// p99Sides counts runs by where their p99 ratio's 90% interval
+// (QuantileRatioInterval) lay: above 1, holding it, below it.
+type p99Sides [3]int
+
+func (s *p99Sides) add(p, ref *Point) {
+	lo, hi, ok := QuantileRatioInterval(p, ref, 0.99, 0.9)
+	switch {
+	case !ok:
+	case lo > 1:
+		s[0]++
+	case hi < 1:
+		s[2]++
+	default:
+		s[1]++
+	}
+}
+
+func (s p99Sides) String() string { return fmt.Sprintf("%d / %d / %d", s[0], s[1], s[2]) }
+
+// p99SidesHead names p99Sides' column.
+const p99SidesHead = "runs whose p99 ratio's 90% interval is above 1 / holds 1 / is below 1"
 
 // against is p's CPU per request, p99 and p99.9 over ref's in one run;
 // false when either point is missing, has no answer, or ref no CPU.
@@ -133,16 +146,19 @@ func Paired(runs []*Results) *table.Table {
 	}
 	o := runs[0].Opts
 	t := &table.Table{Title: fmt.Sprintf("tether ÷ %s: over %d runs, median (lowest–highest) of each run's own ratios", Labels[TetherBaseline], len(runs)),
-		Head: []string{"point", "runs", "CPU ×baseline", "tether's CPU lower in", "p99 ×baseline", "p99.9 ×baseline"}}
+		Head: []string{"point", "runs", "CPU ×baseline", "tether's CPU lower in", "p99 ×baseline", p99SidesHead, "p99.9 ×baseline"}}
 	for _, mode := range o.Modes {
 		for _, rate := range o.RatesOf(mode) {
 			var cpu, p99, p999 []float64
+			var sides p99Sides
 			lower := 0
 			for _, r := range runs {
-				c, q99, q999, ok := against(r.Point(Tether, mode, rate), r.Point(TetherBaseline, mode, rate))
+				p, b := r.Point(Tether, mode, rate), r.Point(TetherBaseline, mode, rate)
+				c, q99, q999, ok := against(p, b)
 				if !ok {
 					continue
 				}
+				sides.add(p, b)
 				cpu, p99, p999 = append(cpu, c), append(p99, q99), append(p999, q999)
 				if c < 1 {
 					lower++
@@ -153,7 +169,7 @@ func Paired(runs []*Results) *table.Table {
 			}
 			ratio := func(v float64) string { return Ratio(v, 1) }
 			t.Add(fmt.Sprintf("%s, %.0f/s", mode, rate), fmt.Sprint(len(cpu)), spread(cpu, ratio),
-				fmt.Sprintf("%d of %d", lower, len(cpu)), spread(p99, ratio), spread(p999, ratio))
+				fmt.Sprintf("%d of %d", lower, len(cpu)), spread(p99, ratio), sides.String(), spread(p999, ratio))
 		}
 	}
 	if len(t.Rows) == 0 {

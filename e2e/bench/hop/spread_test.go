@@ -100,7 +100,7 @@ func TestPairedComparesTetherWithItsBaselineInEachRun(t *testing.T) {
 	if tab == nil || len(tab.Rows) != 1 {
 		t.Fatalf("want one row, got %+v", tab)
 	}
-	want := []string{"non-streaming, 2000/s", "3", "0.95× (0.90×–1.10×)", "2 of 3", "1.00× (0.50×–2.00×)", "1.00× (0.50×–2.00×)"}
+	want := []string{"non-streaming, 2000/s", "3", "0.95× (0.90×–1.10×)", "2 of 3", "1.00× (0.50×–2.00×)", "1 / 1 / 1", "1.00× (0.50×–2.00×)"}
 	for i, w := range want {
 		if got := tab.Rows[0][i]; got != w {
 			t.Errorf("column %q: %q, want %q", tab.Head[i], got, w)
