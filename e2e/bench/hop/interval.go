@@ -17,10 +17,13 @@ const BlockWidth = 100 * time.Millisecond
 // of p's q-quantile over ref's, over bootstrap.Draws resamples of each
 // point's blocks of requests (a block bootstrap, each point drawn on its
 // own: the two ran at different times). It says how far the ratio of one
-// run could land on another draw of this run's quarter hour, not what
-// moves a whole run (the machine's next quarter hour; docs/hop-cost.md
-// "How much one run decides"). ok is false when a point has no blocks
-// (measured before Point.Blocks) or a draw of ref held no request.
+// run could land on another draw of this run's seconds, not what moves a
+// whole run (the machine's next quarter hour; docs/hop-cost.md "How much
+// one run decides") nor a state that lasts a whole point: measured with
+// one build in two slots it held their run-to-run spread at 2,000
+// requests/s and was too narrow at 5,000 (docs/hop-cost.md "An interval
+// for one run's p99"). ok is false when a point has no blocks or a draw
+// of ref held no request.
 func QuantileRatioInterval(p, ref *Point, q, level float64) (lo, hi float64, ok bool) {
 	if p.Blocks == nil || ref.Blocks == nil || p.Blocks.Len() == 0 || ref.Blocks.Len() == 0 {
 		return 0, 0, false

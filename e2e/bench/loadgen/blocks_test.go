@@ -31,8 +31,8 @@ func TestBlocksHoldEveryRequestOnce(t *testing.T) {
 	for _, s := range samples {
 		hist.Record(s.Latency)
 	}
-	// Drawing each block once (every draw a permutation is unlikely; sum
-	// the blocks directly instead) gives the histogram's quantiles.
+	// Every block counted once (which a draw does only by chance) gives
+	// the histogram's quantiles.
 	var all Resample
 	for _, blk := range b.blocks {
 		for _, c := range blk {
