@@ -28,6 +28,7 @@ type hopFlags struct {
 	baseline              string
 	godebug               string
 	stalls                time.Duration // bench hop -stalls (hopMain registers it)
+	block                 time.Duration // bench hop -block (hopMain registers it)
 	threads               bool          // bench hop -threads (the same)
 	pause                 time.Duration // bench hop -pause (the same)
 	closeEvery            int           // bench hop -close-every (the same)
@@ -97,6 +98,10 @@ func (h *hopFlags) options(env *procs.Env) (hop.Options, error) {
 	}
 	o.GoDebug = h.godebug
 	o.StallsOver = h.stalls
+	if h.block < 0 {
+		return o, fmt.Errorf("-block: %v, want 0 (%v) or more", h.block, hop.DefaultBlockWidth)
+	}
+	o.BlockWidth = h.block
 	o.Threads = h.threads
 	o.Pause = h.pause
 	if h.logReaderPause < 0 {
@@ -135,6 +140,7 @@ func hopMain(ctx context.Context, args []string) error {
 	fs.DurationVar(&h.logReaderPause, "log-reader-pause", 0, "if set, each tether sidecar's stderr (its log) is a pipe the bench drains only every this long, taking all it holds at once, as a log reader that falls behind now and then: a sidecar logging more than the pipe's 64 KiB per pause finds it full (docs/hop-cost.md \"A log reader that falls behind\"); 0: a file")
 	fs.IntVar(&h.idleConns, "idle-conns", 0, "if set, after the points: what idle keep-alive client connections cost each proxy, as a router's pool of connections to its sidecar between bursts: this many opened, each after one request, then as many more; the resident memory the second step added per connection, and the proxy's CPU while all sit idle (every proxy needs twice this many descriptors, and the bench as many again)")
 	fs.IntVar(&h.idleHeld, "idle-held", 0, "if set, this many idle keep-alive client connections opened to every proxy before the points (each after one request) and held through them: the load beside a router's pool of idle connections (the bench needs this many descriptors per proxy, each proxy as many)")
+	fs.DurationVar(&h.block, "block", hop.DefaultBlockWidth, "the span of due times each point's requests are resampled in for the p99 ratio's 90% interval (a block bootstrap; docs/hop-cost.md \"An interval for one run's p99\")")
 	fs.DurationVar(&h.stalls, "stalls", 0, "if set, a table of each point's requests slower than this: alone, or in bursts of requests that waited out the same stop (docs/hop-cost.md \"Where the tail comes from\")")
 	_ = fs.Parse(args)
 	if *runs < 1 {

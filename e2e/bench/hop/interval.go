@@ -7,11 +7,11 @@ import (
 	"github.com/tetherproxy/tether/e2e/bench/loadgen"
 )
 
-// BlockWidth is the span of due times a point's requests are resampled
-// in (Point.Blocks): longer than the bursts a tail is made of (a few
-// milliseconds, docs/hop-cost.md "Where the tail comes from"), so each
-// stays whole, and short enough that a point of 2.5 s has 25 to draw.
-const BlockWidth = 100 * time.Millisecond
+// DefaultBlockWidth is Options.BlockWidth's default: longer than the
+// bursts a tail is made of (a few milliseconds, docs/hop-cost.md "Where
+// the tail comes from"), so each stays whole, and short enough that a
+// point of 2.5 s has 25 blocks to draw.
+const DefaultBlockWidth = 100 * time.Millisecond
 
 // QuantileRatioInterval is the central interval holding level (0.9: 90%)
 // of p's q-quantile over ref's, over bootstrap.Draws resamples of each

@@ -16,7 +16,7 @@ func pointOf(lat func(i int) time.Duration) *Point {
 	for i := range 5000 {
 		s = append(s, loadgen.Sample{Due: time.Duration(i) * time.Millisecond, Latency: lat(i)})
 	}
-	return &Point{Blocks: loadgen.BlocksOf(s, BlockWidth)}
+	return &Point{Blocks: loadgen.BlocksOf(s, DefaultBlockWidth)}
 }
 
 // varied is a latency between 0.3 and 0.8 ms that repeats every 97
@@ -62,7 +62,7 @@ func TestNoIntervalWithoutBlocks(t *testing.T) {
 	if _, _, ok := QuantileRatioInterval(&Point{}, ref, 0.99, 0.9); ok {
 		t.Fatal("an interval for a point without blocks")
 	}
-	if _, _, ok := QuantileRatioInterval(ref, &Point{Blocks: loadgen.BlocksOf(nil, BlockWidth)}, 0.99, 0.9); ok {
+	if _, _, ok := QuantileRatioInterval(ref, &Point{Blocks: loadgen.BlocksOf(nil, DefaultBlockWidth)}, 0.99, 0.9); ok {
 		t.Fatal("an interval over a point without requests")
 	}
 }

@@ -53,6 +53,10 @@ type Options struct {
 	// StallsOver, if set, keeps every request's latency and groups those
 	// over it (Point.Stalls, Results.StallsTable).
 	StallsOver time.Duration
+	// BlockWidth is the span of due times a point's requests are
+	// resampled in for QuantileRatioInterval (default
+	// DefaultBlockWidth).
+	BlockWidth time.Duration
 	// Threads reads each tether sidecar's thread counters as a point's
 	// measured part begins and ends (Point.Threads, Results.ThreadsTable).
 	// The reads cost the sidecar a scrape's CPU (a few milliseconds)
@@ -104,6 +108,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Sessions == 0 {
 		o.Sessions = 1000
+	}
+	if o.BlockWidth == 0 {
+		o.BlockWidth = DefaultBlockWidth
 	}
 	if o.P99Limit == 0 {
 		o.P99Limit = 5 * time.Millisecond
@@ -157,7 +164,7 @@ type Point struct {
 	PeakRSS     int64   // the proxy's VmHWM after this point, bytes
 	Stalls      *Stalls // with Options.StallsOver
 	// Blocks are the point's successful requests in blocks of
-	// BlockWidth by due time, for QuantileRatioInterval.
+	// Options.BlockWidth by due time, for QuantileRatioInterval.
 	Blocks *loadgen.Blocks
 	// Threads: what the thread controller did (with Options.Threads; nil
 	// for other proxies and for a sidecar on a fixed count).
@@ -375,7 +382,7 @@ func measure(ctx context.Context, t *target, backends []string, o Options, mode 
 		}
 		p.Threads = th
 	}
-	p.Blocks = loadgen.BlocksOf(res.Samples, BlockWidth)
+	p.Blocks = loadgen.BlocksOf(res.Samples, o.BlockWidth)
 	if o.StallsOver > 0 {
 		s := StallsOf(res.Samples, o.StallsOver, dur)
 		p.Stalls = &s

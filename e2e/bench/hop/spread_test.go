@@ -37,7 +37,7 @@ func point(proxy string, lat, cpu time.Duration) Point {
 		samples = append(samples, loadgen.Sample{Due: time.Duration(i) * time.Second / 2000, Latency: lat})
 	}
 	return Point{Proxy: proxy, Mode: NonStreaming, Rate: 2000, Res: r, CPUPer1k: cpu, SysCPUPer1k: cpu / 2,
-		Blocks: loadgen.BlocksOf(samples, BlockWidth)}
+		Blocks: loadgen.BlocksOf(samples, DefaultBlockWidth)}
 }
 
 func TestSpreadTakesEachRunsOwnRatios(t *testing.T) {

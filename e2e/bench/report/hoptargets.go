@@ -15,7 +15,7 @@ import (
 // 1.5× of HAProxy's.
 func hopTargetTables(r *hop.Results) []*table.Table {
 	t := &table.Table{Title: "issue targets, as measured in this run",
-		Head: []string{"target", "mode", "requests/s", "measured", fmt.Sprintf("90%% interval, %d ms blocks of requests resampled", hop.BlockWidth.Milliseconds()), "added p99: tether vs HAProxy"}}
+		Head: []string{"target", "mode", "requests/s", "measured", fmt.Sprintf("90%% interval, %d ms blocks of requests resampled", r.Opts.BlockWidth.Milliseconds()), "added p99: tether vs HAProxy"}}
 	for _, mode := range r.Opts.Modes {
 		for _, rate := range r.Opts.RatesOf(mode) {
 			tp, hp := r.Point(hop.Tether, mode, rate), r.Point(hop.HAProxy, mode, rate)

@@ -19,7 +19,7 @@ func hopPoint(proxy string, lat time.Duration) hop.Point {
 		s = append(s, loadgen.Sample{Due: time.Duration(i) * time.Millisecond, Latency: lat})
 	}
 	return hop.Point{Proxy: proxy, Mode: hop.NonStreaming, Rate: 1000, CPUPer1k: time.Second,
-		Res: &loadgen.Result{OK: 2000, Sent: 2000, Latency: h}, Blocks: loadgen.BlocksOf(s, hop.BlockWidth)}
+		Res: &loadgen.Result{OK: 2000, Sent: 2000, Latency: h}, Blocks: loadgen.BlocksOf(s, hop.DefaultBlockWidth)}
 }
 
 func TestHopTargetsCheckTheTailWithItsInterval(t *testing.T) {

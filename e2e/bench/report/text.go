@@ -166,7 +166,7 @@ func headline(in *Input) *table.Table {
 				// stalled in its seconds, not a proxy faster than none.
 				cell += fmt.Sprintf(" (direct's own p99 %s: the machine stalled in its seconds; compare the p99s)", msf(d.Res.Latency.Quantile(0.99)))
 			}
-			t.Add(fmt.Sprintf("added p99 over direct, %s, %.0f req/s: tether (memory) vs HAProxy (in brackets the p99 ratio's 90%% interval, %d ms blocks of requests resampled)", mode, rate, hop.BlockWidth.Milliseconds()), cell)
+			t.Add(fmt.Sprintf("added p99 over direct, %s, %.0f req/s: tether (memory) vs HAProxy (in brackets the p99 ratio's 90%% interval, %d ms blocks of requests resampled)", mode, rate, r.Opts.BlockWidth.Milliseconds()), cell)
 			t.Add(fmt.Sprintf("CPU per 1,000 requests, %s, %.0f req/s: tether vs HAProxy", mode, rate),
 				fmt.Sprintf("%.0f ms vs %.0f ms (%s)", float64(tp.CPUPer1k)/1e6, float64(hp.CPUPer1k)/1e6, hop.Ratio(float64(tp.CPUPer1k), float64(hp.CPUPer1k))))
 		}
