@@ -12,35 +12,29 @@ import (
 	"github.com/tetherproxy/tether/e2e/bench/workload"
 )
 
-// A ratio just under its target never prints as the target itself.
+// A ratio just under (or over) its target never prints as the target
+// itself.
 func TestCheckShowsAMissThatRoundsToTheTarget(t *testing.T) {
+	atLeast, atMost := check, checkAtMost
 	for _, c := range []struct {
+		check     func(v, target float64) string
 		v, target float64
 		want      string
 	}{
-		{0.977, 0.98, "0.977 (target ≥ 0.98) ✗ not met"},
-		{0.9799, 0.98, "0.9799 (target ≥ 0.98) ✗ not met"},
-		{0.964, 0.98, "0.96 (target ≥ 0.98) ✗ not met"},
-		{0.98, 0.98, "0.98 (target ≥ 0.98) ✓"},
-		{1.007, 0.98, "1.01 (target ≥ 0.98) ✓"},
-		{2.98, 3, "2.98 (target ≥ 3.00) ✗ not met"},
-		{2.996, 3, "2.996 (target ≥ 3.00) ✗ not met"},
+		{atLeast, 0.977, 0.98, "0.977 (target ≥ 0.98) ✗ not met"},
+		{atLeast, 0.9799, 0.98, "0.9799 (target ≥ 0.98) ✗ not met"},
+		{atLeast, 0.964, 0.98, "0.96 (target ≥ 0.98) ✗ not met"},
+		{atLeast, 0.98, 0.98, "0.98 (target ≥ 0.98) ✓"},
+		{atLeast, 1.007, 0.98, "1.01 (target ≥ 0.98) ✓"},
+		{atLeast, 2.98, 3, "2.98 (target ≥ 3.00) ✗ not met"},
+		{atLeast, 2.996, 3, "2.996 (target ≥ 3.00) ✗ not met"},
+		{atMost, 1.004, 1, "1.004 (target ≤ 1.00) ✗ not met"},
+		{atMost, 1.03, 1, "1.03 (target ≤ 1.00) ✗ not met"},
+		{atMost, 1, 1, "1.00 (target ≤ 1.00) ✓"},
+		{atMost, 0.62, 1, "0.62 (target ≤ 1.00) ✓"},
 	} {
-		if got := check(c.v, c.target); got != c.want {
-			t.Errorf("check(%v, %v) = %q, want %q", c.v, c.target, got, c.want)
-		}
-	}
-	for _, c := range []struct {
-		v, target float64
-		want      string
-	}{
-		{1.004, 1, "1.004 (target ≤ 1.00) ✗ not met"},
-		{1.03, 1, "1.03 (target ≤ 1.00) ✗ not met"},
-		{1, 1, "1.00 (target ≤ 1.00) ✓"},
-		{0.62, 1, "0.62 (target ≤ 1.00) ✓"},
-	} {
-		if got := checkAtMost(c.v, c.target); got != c.want {
-			t.Errorf("checkAtMost(%v, %v) = %q, want %q", c.v, c.target, got, c.want)
+		if got := c.check(c.v, c.target); got != c.want {
+			t.Errorf("(%v against %v) = %q, want %q", c.v, c.target, got, c.want)
 		}
 	}
 }
