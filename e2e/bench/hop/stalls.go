@@ -27,6 +27,11 @@ type Stalls struct {
 	// due time to the last answer.
 	BurstSpan time.Duration
 	Measured  time.Duration // the point's measured time, for bursts per second
+	// FirstSecond is the slow requests due in the measured part's first
+	// second: where a point meets a backlog its warm-up left (a load that
+	// starts cold, docs/hop-cost.md "Under a backlog"), they gather there;
+	// spread evenly, a tenth of a 10 s point's are.
+	FirstSecond int
 }
 
 // StallsOf groups the samples' requests slower than over.
@@ -40,6 +45,11 @@ func StallsOf(samples []loadgen.Sample, over, measured time.Duration) Stalls {
 	}
 	slices.SortFunc(slow, func(a, b loadgen.Sample) int { return int(a.Due - b.Due) })
 	s.Slow = len(slow)
+	for _, x := range slow {
+		if x.Due < time.Second {
+			s.FirstSecond++
+		}
+	}
 	var spans time.Duration
 	for i := 0; i < len(slow); {
 		first, end, j := slow[i].Due, slow[i].Due+slow[i].Latency, i+1
@@ -68,6 +78,15 @@ func (s *Stalls) PerSecond() float64 {
 	return float64(s.Bursts) / s.Measured.Seconds()
 }
 
+// FirstSecondShare is the share of the slow requests due in the
+// measured part's first second; false when none was slow.
+func (s *Stalls) FirstSecondShare() (float64, bool) {
+	if s.Slow == 0 {
+		return 0, false
+	}
+	return float64(s.FirstSecond) / float64(s.Slow), true
+}
+
 // BurstShare is the share of the slow requests that came in bursts;
 // false when none was slow.
 func (s *Stalls) BurstShare() (float64, bool) {
@@ -85,19 +104,22 @@ func percent(v float64) string   { return fmt.Sprintf("%.0f%%", 100*v) }
 func (r *Results) StallsTable() *table.Table {
 	t := &table.Table{
 		Title: fmt.Sprintf("slow requests (over %v), alone or in bursts: a burst is %d or more slow requests, each due before the slow one before it was answered (the proxy, a backend or the client stopped, and the requests of those milliseconds waited)", r.Opts.StallsOver, BurstSize),
-		Head:  []string{"proxy", "mode", "requests/s", "slow", "episodes", "bursts", "bursts/s", "slow in bursts", "mean burst span ms"},
+		Head:  []string{"proxy", "mode", "requests/s", "slow", "episodes", "bursts", "bursts/s", "slow in bursts", "mean burst span ms", "slow due in the first second"},
 	}
 	for _, p := range r.Points {
 		s := p.Stalls
 		if s == nil {
 			continue
 		}
-		share := "—"
+		share, first := "—", "—"
 		if v, ok := s.BurstShare(); ok {
 			share = percent(v)
 		}
+		if v, ok := s.FirstSecondShare(); ok {
+			first = percent(v)
+		}
 		t.Add(Labels[p.Proxy], string(p.Mode), fmt.Sprintf("%.0f", p.Rate), fmt.Sprint(s.Slow), fmt.Sprint(s.Episodes),
-			fmt.Sprint(s.Bursts), perSecond(s.PerSecond()), share, Ms(s.BurstSpan))
+			fmt.Sprint(s.Bursts), perSecond(s.PerSecond()), share, Ms(s.BurstSpan), first)
 	}
 	if len(t.Rows) == 0 {
 		return nil
@@ -113,11 +135,11 @@ func StallsSpread(runs []*Results) *table.Table {
 	}
 	o := runs[0].Opts
 	t := &table.Table{Title: fmt.Sprintf("slow requests (over %v) over %d runs, median (lowest–highest)", o.StallsOver, len(runs)),
-		Head: []string{"proxy", "mode", "requests/s", "slow", "bursts/s", "slow in bursts", "mean burst span ms"}}
+		Head: []string{"proxy", "mode", "requests/s", "slow", "bursts/s", "slow in bursts", "mean burst span ms", "slow due in the first second"}}
 	for _, mode := range o.Modes {
 		for _, rate := range o.RatesOf(mode) {
 			for _, name := range o.Proxies {
-				var slow, perSec, share, span []float64
+				var slow, perSec, share, span, first []float64
 				for _, r := range runs {
 					p := r.Point(name, mode, rate)
 					if p == nil || p.Stalls == nil {
@@ -132,6 +154,9 @@ func StallsSpread(runs []*Results) *table.Table {
 					if s.Bursts > 0 {
 						span = append(span, float64(s.BurstSpan)/1e6)
 					}
+					if v, ok := s.FirstSecondShare(); ok {
+						first = append(first, v)
+					}
 				}
 				if len(slow) == 0 {
 					continue
@@ -140,7 +165,8 @@ func StallsSpread(runs []*Results) *table.Table {
 					spread(slow, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
 					spread(perSec, perSecond),
 					spread(share, percent),
-					spread(span, func(v float64) string { return fmt.Sprintf("%.2f", v) }))
+					spread(span, func(v float64) string { return fmt.Sprintf("%.2f", v) }),
+					spread(first, percent))
 			}
 		}
 	}

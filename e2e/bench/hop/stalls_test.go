@@ -27,13 +27,18 @@ func TestStallsGroupSlowRequestsThatWaitedTogether(t *testing.T) {
 		// Due after the answer of the slow one before it: a new episode,
 		// however close.
 		at(83.1, 2),
+		// After the measured part's first second.
+		at(1500, 3),
 	}
-	s := StallsOf(samples, ms(1.5), time.Second)
-	if s.Slow != 9 {
-		t.Errorf("Slow = %d, want 9", s.Slow)
+	s := StallsOf(samples, ms(1.5), 2*time.Second)
+	if s.Slow != 10 {
+		t.Errorf("Slow = %d, want 10", s.Slow)
 	}
-	if s.Episodes != 4 {
-		t.Errorf("Episodes = %d, want 4 (the stop, the pair, two alone)", s.Episodes)
+	if s.Episodes != 5 {
+		t.Errorf("Episodes = %d, want 5 (the stop, the pair, three alone)", s.Episodes)
+	}
+	if s.FirstSecond != 9 {
+		t.Errorf("FirstSecond = %d, want 9 (all but the last)", s.FirstSecond)
 	}
 	if s.Bursts != 1 || s.InBursts != 5 {
 		t.Errorf("Bursts = %d with %d requests, want 1 with 5", s.Bursts, s.InBursts)
@@ -48,7 +53,7 @@ func TestStallsGroupSlowRequestsThatWaitedTogether(t *testing.T) {
 }
 
 func TestStallsTableNamesEachPoint(t *testing.T) {
-	s := Stalls{Slow: 10, Episodes: 4, Bursts: 2, InBursts: 8, BurstSpan: 5 * time.Millisecond, Measured: 4 * time.Second}
+	s := Stalls{Slow: 10, Episodes: 4, Bursts: 2, InBursts: 8, BurstSpan: 5 * time.Millisecond, Measured: 4 * time.Second, FirstSecond: 3}
 	r := &Results{Points: []Point{
 		{Proxy: HAProxy, Mode: NonStreaming, Rate: 2000, Res: &loadgen.Result{}, Stalls: &s},
 		{Proxy: Tether, Mode: NonStreaming, Rate: 2000, Res: &loadgen.Result{}}, // measured without
@@ -58,7 +63,7 @@ func TestStallsTableNamesEachPoint(t *testing.T) {
 		t.Fatalf("table %+v, want one row", tab)
 	}
 	got := strings.Join(tab.Rows[0], " | ")
-	if want := Labels[HAProxy] + " | non-streaming | 2000 | 10 | 4 | 2 | 0.5 | 80% | 5.00"; got != want {
+	if want := Labels[HAProxy] + " | non-streaming | 2000 | 10 | 4 | 2 | 0.5 | 80% | 5.00 | 30%"; got != want {
 		t.Errorf("row %q, want %q", got, want)
 	}
 	if (&Results{Points: []Point{{Proxy: Tether, Res: &loadgen.Result{}}}}).StallsTable() != nil {
