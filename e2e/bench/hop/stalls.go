@@ -41,15 +41,13 @@ func StallsOf(samples []loadgen.Sample, over, measured time.Duration) Stalls {
 	for _, x := range samples {
 		if x.Latency > over {
 			slow = append(slow, x)
+			if x.Due < time.Second {
+				s.FirstSecond++
+			}
 		}
 	}
 	slices.SortFunc(slow, func(a, b loadgen.Sample) int { return int(a.Due - b.Due) })
 	s.Slow = len(slow)
-	for _, x := range slow {
-		if x.Due < time.Second {
-			s.FirstSecond++
-		}
-	}
 	var spans time.Duration
 	for i := 0; i < len(slow); {
 		first, end, j := slow[i].Due, slow[i].Due+slow[i].Latency, i+1
