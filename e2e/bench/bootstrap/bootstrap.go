@@ -7,6 +7,7 @@
 package bootstrap
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -32,4 +33,13 @@ func Central(figs []float64, level float64) (lo, hi float64) {
 		return figs[min(len(figs)-1, int(math.Floor(q*float64(len(figs))+1e-9)))]
 	}
 	return at(tail), at(1 - tail)
+}
+
+// Format writes an interval as the reports print it, "0.93–2.59", or a
+// dash when there is none (ok false).
+func Format(lo, hi float64, ok bool) string {
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f–%.2f", lo, hi)
 }

@@ -26,3 +26,12 @@ func TestRandIsSeededByTheParts(t *testing.T) {
 		t.Fatal("sources for different parts drew the same")
 	}
 }
+
+func TestFormat(t *testing.T) {
+	if got := Format(0.934, 2.5861, true); got != "0.93–2.59" {
+		t.Errorf("Format = %q, want 0.93–2.59", got)
+	}
+	if got := Format(0, 0, false); got != "—" {
+		t.Errorf("no interval: %q, want a dash", got)
+	}
+}

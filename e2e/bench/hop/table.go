@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/tetherproxy/tether/e2e/bench/bootstrap"
 	"github.com/tetherproxy/tether/e2e/bench/table"
 )
 
@@ -108,7 +109,7 @@ func (r *Results) Tables() []*table.Table {
 						row[9] = Ratio(float64(p.CPUPer1k), float64(h.CPUPer1k))
 						row[10] = Ratio(float64(l.Quantile(0.99)), float64(h.Res.Latency.Quantile(0.99)))
 						if lo, hi, ok := QuantileRatioInterval(p, h, 0.99, 0.9); ok && name != HAProxy {
-							row[10] += fmt.Sprintf(" (%.2f–%.2f)", lo, hi)
+							row[10] += " (" + bootstrap.Format(lo, hi, ok) + ")"
 						}
 						row[11] = Ratio(float64(l.Quantile(0.999)), float64(h.Res.Latency.Quantile(0.999)))
 					}

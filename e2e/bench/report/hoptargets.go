@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 
+	"github.com/tetherproxy/tether/e2e/bench/bootstrap"
 	"github.com/tetherproxy/tether/e2e/bench/hop"
 	"github.com/tetherproxy/tether/e2e/bench/table"
 )
@@ -46,11 +47,7 @@ func hopTargetTables(r *hop.Results) []*table.Table {
 // p99Interval formats the 90% interval of p's p99 over ref's
 // (hop.QuantileRatioInterval).
 func p99Interval(p, ref *hop.Point) string {
-	lo, hi, ok := hop.QuantileRatioInterval(p, ref, 0.99, 0.9)
-	if !ok {
-		return "—"
-	}
-	return fmt.Sprintf("%.2f–%.2f", lo, hi)
+	return bootstrap.Format(hop.QuantileRatioInterval(p, ref, 0.99, 0.9))
 }
 
 // rateCheck is the highest-rate target's cell: tether's rate over

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherproxy/tether/e2e/bench/bootstrap"
 	"github.com/tetherproxy/tether/e2e/bench/hop"
 	"github.com/tetherproxy/tether/e2e/bench/sticky"
 	"github.com/tetherproxy/tether/e2e/bench/table"
@@ -133,11 +134,7 @@ func overPerReplica(in *Input, r int) string {
 // interval formats the 90% interval of a target's ratio over its
 // conversations resampled (sticky.RatioInterval).
 func interval(num, den *sticky.Result, stat sticky.Stat) string {
-	lo, hi, ok := sticky.RatioInterval(num, den, stat, 0.9)
-	if !ok {
-		return "—"
-	}
-	return fmt.Sprintf("%.2f–%.2f", lo, hi)
+	return bootstrap.Format(sticky.RatioInterval(num, den, stat, 0.9))
 }
 
 func msf(d time.Duration) string { return hop.Ms(d) + " ms" }
