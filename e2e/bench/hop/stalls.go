@@ -78,20 +78,18 @@ func (s *Stalls) PerSecond() float64 {
 
 // FirstSecondShare is the share of the slow requests due in the
 // measured part's first second; false when none was slow.
-func (s *Stalls) FirstSecondShare() (float64, bool) {
-	if s.Slow == 0 {
-		return 0, false
-	}
-	return float64(s.FirstSecond) / float64(s.Slow), true
-}
+func (s *Stalls) FirstSecondShare() (float64, bool) { return s.ofSlow(s.FirstSecond) }
 
 // BurstShare is the share of the slow requests that came in bursts;
 // false when none was slow.
-func (s *Stalls) BurstShare() (float64, bool) {
+func (s *Stalls) BurstShare() (float64, bool) { return s.ofSlow(s.InBursts) }
+
+// ofSlow is n's share of the slow requests; false when none was slow.
+func (s *Stalls) ofSlow(n int) (float64, bool) {
 	if s.Slow == 0 {
 		return 0, false
 	}
-	return float64(s.InBursts) / float64(s.Slow), true
+	return float64(n) / float64(s.Slow), true
 }
 
 func perSecond(v float64) string { return fmt.Sprintf("%.1f", v) }
